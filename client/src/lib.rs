@@ -1,0 +1,1 @@
+//! Ferrite client library.
