@@ -1,0 +1,404 @@
+//! The record: one entry of a target's log, self-describing so that a reader
+//! holding only a remote pointer can check it is the record it wants.
+//!
+//! Layout (little-endian, see `FORMAT.md`): a 72-byte header, the dkey, the
+//! akey, the value, zero padding to a multiple of 8 bytes. The CRC32 covers
+//! header bytes 0..64, key and value; the 4-byte `state` word after it is
+//! mutable in memory (the superseded bit) and always 0 on the device.
+
+use crate::key::RecordKey;
+use crate::FormatError;
+
+pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"FREC");
+pub const RECORD_FORMAT_VERSION: u8 = 1;
+/// Largest single value, in bytes.
+pub const VALUE_MAX_BYTES: usize = 1 << 20;
+/// Records start at multiples of this in the log.
+pub const RECORD_ALIGN: usize = 8;
+
+pub const OFF_MAGIC: usize = 0;
+pub const OFF_FORMAT: usize = OFF_MAGIC + 4;
+pub const OFF_FLAGS: usize = OFF_FORMAT + 1;
+pub const OFF_DKEY_LEN: usize = OFF_FLAGS + 1;
+pub const OFF_AKEY_LEN: usize = OFF_DKEY_LEN + 2;
+pub const OFF_RESERVED: usize = OFF_AKEY_LEN + 2;
+pub const OFF_VALUE_LEN: usize = OFF_RESERVED + 2;
+pub const OFF_ADDR: usize = OFF_VALUE_LEN + 4;
+pub const OFF_VERSION: usize = OFF_ADDR + 8;
+pub const OFF_CONTAINER: usize = OFF_VERSION + 8;
+pub const OFF_OBJECT: usize = OFF_CONTAINER + 8;
+pub const OFF_EXTENT_OFFSET: usize = OFF_OBJECT + 16;
+pub const OFF_CRC: usize = OFF_EXTENT_OFFSET + 8;
+pub const OFF_STATE: usize = OFF_CRC + 4;
+pub const HEADER_BYTES: usize = OFF_STATE + 4;
+
+const _: () = assert!(OFF_CRC == 64);
+const _: () = assert!(HEADER_BYTES == 72);
+const _: () = assert!(HEADER_BYTES % RECORD_ALIGN == 0);
+
+/// `state` bit: a newer record for the same key has been published.
+pub const STATE_SUPERSEDED: u32 = 1;
+
+/// Flag bits of byte 5.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RecordFlags(pub u8);
+
+impl RecordFlags {
+    /// The key is deleted (value empty).
+    pub const TOMBSTONE: u8 = 1;
+    /// The value is an extent of a byte array, at `extent_offset`.
+    pub const EXTENT: u8 = 1 << 1;
+    /// Punch of every akey under the dkey.
+    pub const PUNCH_DKEY: u8 = 1 << 2;
+    /// Punch of the whole object.
+    pub const PUNCH_OBJECT: u8 = 1 << 3;
+    /// Filler up to the end of the memory ring; carries no key.
+    pub const PAD: u8 = 1 << 4;
+    const KNOWN: u8 = 0x1f;
+
+    pub const fn empty() -> Self {
+        Self(0)
+    }
+    pub const fn with(self, bit: u8) -> Self {
+        Self(self.0 | bit)
+    }
+    pub const fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+}
+
+fn align_up(n: usize) -> usize {
+    n.div_ceil(RECORD_ALIGN) * RECORD_ALIGN
+}
+
+/// Total bytes of a record (header, key, value, padding).
+pub fn record_len(key: &RecordKey<'_>, value_len: usize) -> usize {
+    align_up(HEADER_BYTES + key.dkey.len() + key.akey.len() + value_len)
+}
+
+fn get_u16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+fn get_u32(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+fn get_u64(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+fn get_u128(b: &[u8], off: usize) -> u128 {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[off..off + 16]);
+    u128::from_le_bytes(a)
+}
+
+/// Computes the CRC32 of a complete record's covered bytes.
+pub fn record_crc(record: &[u8], body_len: usize) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&record[..OFF_CRC]);
+    h.update(&record[HEADER_BYTES..HEADER_BYTES + body_len]);
+    h.finalize()
+}
+
+/// Writes a record into `out` (exactly [`record_len`] bytes) and returns its
+/// length. `addr` is the log address the record will live at.
+pub fn encode_record(
+    out: &mut [u8],
+    key: &RecordKey<'_>,
+    value: &[u8],
+    version: u64,
+    addr: u64,
+    flags: RecordFlags,
+    extent_offset: u64,
+) -> Result<usize, FormatError> {
+    key.validate()?;
+    if value.len() > VALUE_MAX_BYTES {
+        return Err(FormatError::Range {
+            what: "record",
+            field: "value_len",
+            value: value.len() as u64,
+        });
+    }
+    let len = record_len(key, value.len());
+    if out.len() < len {
+        return Err(FormatError::Short {
+            what: "record buffer",
+            need: len,
+            have: out.len(),
+        });
+    }
+    let out = &mut out[..len];
+    out[OFF_MAGIC..OFF_MAGIC + 4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+    out[OFF_FORMAT] = RECORD_FORMAT_VERSION;
+    out[OFF_FLAGS] = flags.0;
+    out[OFF_DKEY_LEN..OFF_DKEY_LEN + 2].copy_from_slice(&(key.dkey.len() as u16).to_le_bytes());
+    out[OFF_AKEY_LEN..OFF_AKEY_LEN + 2].copy_from_slice(&(key.akey.len() as u16).to_le_bytes());
+    out[OFF_RESERVED..OFF_RESERVED + 2].fill(0);
+    out[OFF_VALUE_LEN..OFF_VALUE_LEN + 4].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    out[OFF_ADDR..OFF_ADDR + 8].copy_from_slice(&addr.to_le_bytes());
+    out[OFF_VERSION..OFF_VERSION + 8].copy_from_slice(&version.to_le_bytes());
+    out[OFF_CONTAINER..OFF_CONTAINER + 8].copy_from_slice(&key.container.to_le_bytes());
+    out[OFF_OBJECT..OFF_OBJECT + 16].copy_from_slice(&key.object.to_le_bytes());
+    out[OFF_EXTENT_OFFSET..OFF_EXTENT_OFFSET + 8].copy_from_slice(&extent_offset.to_le_bytes());
+    let mut p = HEADER_BYTES;
+    for part in [key.dkey, key.akey, value] {
+        out[p..p + part.len()].copy_from_slice(part);
+        p += part.len();
+    }
+    out[p..].fill(0);
+    let body = p - HEADER_BYTES;
+    let crc = record_crc(out, body);
+    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    out[OFF_STATE..OFF_STATE + 4].fill(0);
+    Ok(len)
+}
+
+/// A parsed, CRC-checked record borrowed from a buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    bytes: &'a [u8],
+    dkey_len: usize,
+    akey_len: usize,
+    value_len: usize,
+}
+
+impl<'a> RecordView<'a> {
+    /// Parses the record at the start of `bytes` and checks magic, format,
+    /// lengths and CRC. Bytes after the record are ignored.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
+        if bytes.len() < HEADER_BYTES {
+            return Err(FormatError::Short {
+                what: "record header",
+                need: HEADER_BYTES,
+                have: bytes.len(),
+            });
+        }
+        let magic = get_u32(bytes, OFF_MAGIC);
+        if magic != RECORD_MAGIC {
+            return Err(FormatError::BadMagic {
+                what: "record",
+                found: magic,
+            });
+        }
+        if bytes[OFF_FORMAT] != RECORD_FORMAT_VERSION {
+            return Err(FormatError::BadVersion {
+                what: "record",
+                found: bytes[OFF_FORMAT],
+            });
+        }
+        if bytes[OFF_FLAGS] & !RecordFlags::KNOWN != 0 {
+            return Err(FormatError::Range {
+                what: "record",
+                field: "flags",
+                value: u64::from(bytes[OFF_FLAGS]),
+            });
+        }
+        let dkey_len = usize::from(get_u16(bytes, OFF_DKEY_LEN));
+        let akey_len = usize::from(get_u16(bytes, OFF_AKEY_LEN));
+        let value_len = get_u32(bytes, OFF_VALUE_LEN) as usize;
+        if value_len > VALUE_MAX_BYTES {
+            return Err(FormatError::Range {
+                what: "record",
+                field: "value_len",
+                value: value_len as u64,
+            });
+        }
+        let body = dkey_len + akey_len + value_len;
+        let total = align_up(HEADER_BYTES + body);
+        if bytes.len() < total {
+            return Err(FormatError::Short {
+                what: "record",
+                need: total,
+                have: bytes.len(),
+            });
+        }
+        let stored = get_u32(bytes, OFF_CRC);
+        let computed = record_crc(bytes, body);
+        if stored != computed {
+            return Err(FormatError::Checksum {
+                what: "record",
+                stored,
+                computed,
+            });
+        }
+        Ok(Self {
+            bytes: &bytes[..total],
+            dkey_len,
+            akey_len,
+            value_len,
+        })
+    }
+
+    /// Checks that this is the record for `key` stored at log address `addr`.
+    pub fn verify_for(&self, key: &RecordKey<'_>, addr: u64) -> Result<(), FormatError> {
+        if self.addr() != addr {
+            return Err(FormatError::Mismatch("log address"));
+        }
+        if self.flags().has(RecordFlags::PAD) {
+            return Err(FormatError::Mismatch("padding record"));
+        }
+        if self.container() != key.container || self.object() != key.object {
+            return Err(FormatError::Mismatch("container or object"));
+        }
+        if self.dkey() != key.dkey || self.akey() != key.akey {
+            return Err(FormatError::Mismatch("dkey or akey"));
+        }
+        Ok(())
+    }
+
+    /// Total length including padding.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    pub fn flags(&self) -> RecordFlags {
+        RecordFlags(self.bytes[OFF_FLAGS])
+    }
+    pub fn addr(&self) -> u64 {
+        get_u64(self.bytes, OFF_ADDR)
+    }
+    pub fn version(&self) -> u64 {
+        get_u64(self.bytes, OFF_VERSION)
+    }
+    pub fn container(&self) -> u64 {
+        get_u64(self.bytes, OFF_CONTAINER)
+    }
+    pub fn object(&self) -> u128 {
+        get_u128(self.bytes, OFF_OBJECT)
+    }
+    pub fn extent_offset(&self) -> u64 {
+        get_u64(self.bytes, OFF_EXTENT_OFFSET)
+    }
+    /// The in-memory state word (not covered by the CRC).
+    pub fn state(&self) -> u32 {
+        get_u32(self.bytes, OFF_STATE)
+    }
+    pub fn is_superseded(&self) -> bool {
+        self.state() & STATE_SUPERSEDED != 0
+    }
+    pub fn dkey(&self) -> &'a [u8] {
+        &self.bytes[HEADER_BYTES..HEADER_BYTES + self.dkey_len]
+    }
+    pub fn akey(&self) -> &'a [u8] {
+        let s = HEADER_BYTES + self.dkey_len;
+        &self.bytes[s..s + self.akey_len]
+    }
+    pub fn key(&self) -> RecordKey<'a> {
+        RecordKey::new(self.container(), self.object(), self.dkey(), self.akey())
+    }
+    pub fn value(&self) -> &'a [u8] {
+        let s = HEADER_BYTES + self.dkey_len + self.akey_len;
+        &self.bytes[s..s + self.value_len]
+    }
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+/// Writes a padding record filling all of `out` (length ≥ header, a
+/// multiple of 8): a record with no key whose zero value covers the rest.
+pub fn encode_pad(out: &mut [u8], addr: u64) -> Result<usize, FormatError> {
+    let len = out.len();
+    if len < HEADER_BYTES || len % RECORD_ALIGN != 0 || len - HEADER_BYTES > VALUE_MAX_BYTES {
+        return Err(FormatError::Range {
+            what: "pad record",
+            field: "len",
+            value: len as u64,
+        });
+    }
+    let fill = len - HEADER_BYTES;
+    out.fill(0);
+    out[OFF_MAGIC..OFF_MAGIC + 4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+    out[OFF_FORMAT] = RECORD_FORMAT_VERSION;
+    out[OFF_FLAGS] = RecordFlags::PAD;
+    out[OFF_VALUE_LEN..OFF_VALUE_LEN + 4].copy_from_slice(&(fill as u32).to_le_bytes());
+    out[OFF_ADDR..OFF_ADDR + 8].copy_from_slice(&addr.to_le_bytes());
+    let crc = record_crc(out, fill);
+    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+    Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn make(key: &RecordKey<'_>, v: &[u8], version: u64, addr: u64) -> Vec<u8> {
+        let mut b = vec![0u8; record_len(key, v.len())];
+        encode_record(&mut b, key, v, version, addr, RecordFlags::empty(), 0).unwrap();
+        b
+    }
+
+    #[test]
+    fn roundtrip_and_verify() {
+        let k = RecordKey::new(3, 99, b"dk", b"ak");
+        let b = make(&k, b"value", 5, 800);
+        assert_eq!(b.len() % 8, 0);
+        let v = RecordView::parse(&b).unwrap();
+        v.verify_for(&k, 800).unwrap();
+        assert_eq!(v.value(), b"value");
+        assert!(v.verify_for(&k, 808).is_err());
+        let other = RecordKey::new(3, 99, b"dk", b"ax");
+        assert_eq!(
+            v.verify_for(&other, 800),
+            Err(FormatError::Mismatch("dkey or akey"))
+        );
+    }
+
+    #[test]
+    fn state_word_is_outside_crc() {
+        let k = RecordKey::new(1, 1, b"d", b"a");
+        let mut b = make(&k, b"x", 1, 0);
+        b[OFF_STATE] = STATE_SUPERSEDED as u8;
+        let v = RecordView::parse(&b).unwrap();
+        assert!(v.is_superseded());
+    }
+
+    #[test]
+    fn pad_record_never_matches_a_key() {
+        let mut b = vec![0u8; 128];
+        encode_pad(&mut b, 64).unwrap();
+        let v = RecordView::parse(&b).unwrap();
+        assert!(v.flags().has(RecordFlags::PAD));
+        assert_eq!(v.len(), 128);
+        let k = RecordKey::new(0, 0, b"", b"");
+        assert!(v.verify_for(&k, 64).is_err());
+    }
+
+    #[test]
+    fn oversized_value_is_refused() {
+        let k = RecordKey::new(1, 1, b"d", b"a");
+        let v = vec![0u8; VALUE_MAX_BYTES + 1];
+        let mut b = vec![0u8; record_len(&k, v.len())];
+        assert!(encode_record(&mut b, &k, &v, 1, 0, RecordFlags::empty(), 0).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn any_flipped_bit_is_detected(
+            dkey in proptest::collection::vec(any::<u8>(), 0..40),
+            value in proptest::collection::vec(any::<u8>(), 0..300),
+            bit in any::<usize>(),
+        ) {
+            let k = RecordKey::new(9, 77, &dkey, b"a");
+            let mut b = make(&k, &value, 3, 4096);
+            let covered = HEADER_BYTES + dkey.len() + 1 + value.len();
+            let bit = bit % (covered * 8);
+            let byte = bit / 8;
+            prop_assume!(!(OFF_CRC + 4..HEADER_BYTES).contains(&byte));
+            b[byte] ^= 1 << (bit % 8);
+            let ok = RecordView::parse(&b).and_then(|v| v.verify_for(&k, 4096));
+            prop_assert!(ok.is_err());
+        }
+
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = RecordView::parse(&bytes);
+        }
+    }
+}
