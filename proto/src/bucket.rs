@@ -198,7 +198,7 @@ mod tests {
         let s = Slot {
             fingerprint: 0xdead_beef,
             length: 128,
-            addr: 0x1234_5678_9a,
+            addr: 0x0012_3456_789a,
             version_low: 0xbeef,
         };
         b.set_slot(1, s);
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn shared_load_store_roundtrip() {
-        let mut region = vec![Bucket::default(); 2];
+        let mut region = [Bucket::default(); 2];
         let mut b = Bucket::default();
         b.set_slot(
             2,
