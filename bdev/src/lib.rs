@@ -1,1 +1,131 @@
-//! Ferrite bdev.
+//! Block devices for the record store, shaped like SPDK's bdev layer: a
+//! device ([`Bdev`]), a per-xstream [`Channel`] that owns its queue, and
+//! submit/complete as futures.
+//!
+//! ```
+//! use ferrite_bdev::{open, IoBuf};
+//!
+//! glommio::LocalExecutorBuilder::default()
+//!     .spawn(|| async move {
+//!         let bdev = open("malloc:1M").unwrap();
+//!         let ch = bdev.channel().unwrap();
+//!         let mut buf = ch.alloc(4096).unwrap();
+//!         buf.as_mut_slice().fill(7);
+//!         let buf = ch.write(0, buf).await.unwrap();
+//!         ch.flush().await.unwrap();
+//!         let back = ch.read(0, ch.alloc(4096).unwrap()).await.unwrap();
+//!         assert_eq!(back.as_slice(), buf.as_slice());
+//!     })
+//!     .unwrap()
+//!     .join()
+//!     .unwrap();
+//! ```
+
+pub mod buf;
+pub mod error;
+pub mod malloc;
+pub mod spec;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+pub use buf::IoBuf;
+pub use error::{BdevError, Result};
+pub use spec::{open, BdevSpec};
+
+/// The future every channel operation returns; completes when the device does.
+pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
+
+/// Kinds of I/O a device may support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoType {
+    Read,
+    Write,
+    Flush,
+    WriteZeroes,
+    Unmap,
+}
+
+/// A block device. Shared by all xstreams (`Send + Sync`); each xstream
+/// talks to it through its own [`Channel`].
+pub trait Bdev: Send + Sync + 'static {
+    /// Name for errors and logs (the spec it was opened with).
+    fn name(&self) -> &str;
+    /// Bytes per block; offsets and lengths are multiples of it.
+    fn block_size(&self) -> u32;
+    fn block_count(&self) -> u64;
+    fn size_bytes(&self) -> u64 {
+        u64::from(self.block_size()) * self.block_count()
+    }
+    /// I/O should not cross multiples of this many blocks (0 = no boundary).
+    fn optimal_io_boundary_blocks(&self) -> u32 {
+        0
+    }
+    fn io_type_supported(&self, io_type: IoType) -> bool;
+    /// A channel for the calling xstream. Channels are `!Send`: create one
+    /// on each xstream that does I/O.
+    fn channel(&self) -> Result<Box<dyn Channel>>;
+}
+
+/// Shared handle to an open device.
+pub type BdevRef = Arc<dyn Bdev>;
+
+/// A per-xstream queue to a device. Offsets and lengths must be multiples of
+/// the block size and inside the device; buffers come from [`Channel::alloc`]
+/// (DMA-aligned). Every operation errs with a clear [`BdevError`] on bad
+/// arguments and never panics. At most [`Channel::queue_depth`] operations
+/// are in flight; further submissions wait (back-pressure).
+///
+/// Contracts: a completed `write` is readable by any channel; it is durable
+/// only after a later `flush` completes. New space and unmapped ranges (where
+/// `Unmap` is supported) read as zero.
+pub trait Channel {
+    fn block_size(&self) -> u32;
+    /// A DMA-aligned buffer of `len` bytes (a multiple of the block size).
+    fn alloc(&self, len: usize) -> Result<IoBuf>;
+    fn read(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf>;
+    fn write(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf>;
+    /// Reads consecutive buffers starting at `offset`.
+    fn readv(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>>;
+    /// Writes consecutive buffers starting at `offset`.
+    fn writev(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>>;
+    /// Makes every completed write durable.
+    fn flush(&self) -> IoFuture<'_, ()>;
+    fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
+    fn unmap(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
+    /// Operations submitted and not yet completed.
+    fn in_flight(&self) -> usize;
+    fn queue_depth(&self) -> usize;
+}
+
+/// Checks a block-aligned range against a device; shared by the backends.
+pub fn check_range(
+    name: &str,
+    op: &'static str,
+    block_size: u32,
+    size_bytes: u64,
+    offset: u64,
+    len: u64,
+) -> Result<()> {
+    let bs = u64::from(block_size);
+    if offset % bs != 0 || len % bs != 0 {
+        return Err(BdevError::Misaligned {
+            device: name.to_string(),
+            op,
+            offset,
+            len,
+            block_size,
+        });
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= size_bytes => Ok(()),
+        _ => Err(BdevError::OutOfRange {
+            device: name.to_string(),
+            op,
+            offset,
+            len,
+            size_bytes,
+        }),
+    }
+}
