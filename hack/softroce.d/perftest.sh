@@ -1,0 +1,92 @@
+#!/bin/sh
+# Guest payload: perftest's ib_read_lat and ib_read_bw between the two rxe devices.
+# Server on rxe1 (SOFTROCE_ADDR1), client on rxe0. Prints each tool's report, one summary
+# line per tool ("softroce-perftest: ib_read_lat ..."), and writes the figures to
+# /run/softroce-perftest.env for later payload steps (SOFTROCE_READ_LAT_TYPICAL_US,
+# SOFTROCE_READ_LAT_AVG_US, SOFTROCE_READ_BW_AVG_MBPS). Exits non-zero if either fails.
+#
+# Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 1000),
+# PERFTEST_TIMEOUT seconds per tool (default 120).
+set -u
+. /run/softroce.env
+
+LAT_ITERS=${PERFTEST_LAT_ITERS:-1000}
+BW_ITERS=${PERFTEST_BW_ITERS:-1000}
+TOOL_TIMEOUT=${PERFTEST_TIMEOUT:-120}
+OUT=/tmp/perftest
+mkdir -p "$OUT"
+
+# wait_listen PORT: bounded wait (10 s) until a TCP listener is on PORT.
+wait_listen() {
+    n=0
+    while [ "$n" -lt 100 ]; do
+        ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
+        n=$((n + 1))
+        sleep 0.1
+    done
+    return 1
+}
+
+# run_pair TOOL PORT ARGS...: server on rxe1, client on rxe0; client report in $OUT/TOOL.
+run_pair() {
+    tool=$1 port=$2
+    shift 2
+    timeout "$TOOL_TIMEOUT" "$tool" -d "$SOFTROCE_DEV1" -x "$SOFTROCE_GID1" -p "$port" -F "$@" \
+        >"$OUT/$tool.server" 2>&1 &
+    server=$!
+    if ! wait_listen "$port"; then
+        echo "softroce-perftest: $tool server did not listen on port $port"
+        cat "$OUT/$tool.server"
+        kill "$server" 2>/dev/null
+        return 1
+    fi
+    timeout "$TOOL_TIMEOUT" "$tool" -d "$SOFTROCE_DEV0" -x "$SOFTROCE_GID0" -p "$port" -F "$@" \
+        "$SOFTROCE_ADDR1" >"$OUT/$tool" 2>&1
+    client_rc=$?
+    wait "$server"
+    server_rc=$?
+    cat "$OUT/$tool"
+    if [ "$client_rc" -ne 0 ] || [ "$server_rc" -ne 0 ]; then
+        echo "softroce-perftest: $tool failed (client exit $client_rc, server exit $server_rc)"
+        echo "--- $tool server output:"
+        cat "$OUT/$tool.server"
+        return 1
+    fi
+    return 0
+}
+
+# result_row FILE: the first report row (it starts with the message size).
+result_row() { awk '$1 ~ /^[0-9]+$/ && NF >= 4 { print; exit }' "$1"; }
+
+fail=0
+if run_pair ib_read_lat 18515 -n "$LAT_ITERS"; then
+    # Columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
+    set -- $(result_row "$OUT/ib_read_lat")
+    if [ $# -ge 6 ]; then
+        echo "softroce-perftest: ib_read_lat bytes=$1 iters=$2 t_min_us=$3 t_typical_us=$5 t_avg_us=$6 PASS"
+        echo "export SOFTROCE_READ_LAT_TYPICAL_US=$5 SOFTROCE_READ_LAT_AVG_US=$6" >>/run/softroce-perftest.env
+    else
+        echo "softroce-perftest: ib_read_lat printed no result row FAIL"
+        fail=1
+    fi
+else
+    echo "softroce-perftest: ib_read_lat FAIL"
+    fail=1
+fi
+
+if run_pair ib_read_bw 18516 -n "$BW_ITERS"; then
+    # Columns: bytes iterations bw_peak bw_average msg_rate
+    set -- $(result_row "$OUT/ib_read_bw")
+    if [ $# -ge 5 ]; then
+        echo "softroce-perftest: ib_read_bw bytes=$1 iters=$2 bw_peak_MBps=$3 bw_avg_MBps=$4 msg_rate_Mpps=$5 PASS"
+        echo "export SOFTROCE_READ_BW_AVG_MBPS=$4" >>/run/softroce-perftest.env
+    else
+        echo "softroce-perftest: ib_read_bw printed no result row FAIL"
+        fail=1
+    fi
+else
+    echo "softroce-perftest: ib_read_bw FAIL"
+    fail=1
+fi
+
+exit "$fail"
