@@ -25,5 +25,6 @@ pub mod error;
 pub mod key;
 pub mod record;
 pub mod region;
+pub mod rpc;
 
 pub use error::FormatError;

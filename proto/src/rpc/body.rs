@@ -1,0 +1,461 @@
+//! Body encodings of [`Request`] and [`Reply`] (layouts in `FORMAT.md`).
+
+use super::codec::{len_u16, len_u32, Put, Reader};
+use super::frame::MessageType;
+use super::handshake::{Challenge, Hello, Login, Welcome, MAX_TARGETS};
+use super::message::*;
+use crate::key::KEY_PART_MAX_BYTES;
+use crate::record::VALUE_MAX_BYTES;
+use crate::FormatError;
+
+fn put_after(out: &mut Vec<u8>, limit: u32, after: &Option<Vec<u8>>) {
+    out.put_u32(limit);
+    out.put_u8(u8::from(after.is_some()));
+    let a = after.as_deref().unwrap_or(&[]);
+    out.put_u16(len_u16(a.len()));
+    out.put_bytes(a);
+}
+
+fn get_bool(r: &mut Reader<'_>, field: &'static str) -> Result<bool, FormatError> {
+    match r.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(r.range(field, u64::from(v))),
+    }
+}
+
+fn get_after(r: &mut Reader<'_>) -> Result<(u32, Option<Vec<u8>>), FormatError> {
+    let limit = r.u32()?;
+    let has = get_bool(r, "has_after")?;
+    let len = usize::from(r.u16()?);
+    let bytes = r.vec(len, KEY_PART_MAX_BYTES, "after_len")?;
+    if !has && !bytes.is_empty() {
+        return Err(r.range("after_len", len as u64));
+    }
+    Ok((limit, has.then_some(bytes)))
+}
+
+fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
+    out.put_u32(len_u32(b.len()));
+    out.put_bytes(b);
+}
+
+fn get_blob(r: &mut Reader<'_>, max: usize, field: &'static str) -> Result<Vec<u8>, FormatError> {
+    let len = r.u32()? as usize;
+    r.vec(len, max, field)
+}
+
+impl Request {
+    /// The frame type that carries this request.
+    pub fn kind(&self) -> MessageType {
+        match self {
+            Self::Hello(_) => MessageType::Hello,
+            Self::Login(_) => MessageType::Login,
+            Self::Update { .. } => MessageType::Update,
+            Self::Fetch { .. } => MessageType::Fetch,
+            Self::Punch { .. } => MessageType::Punch,
+            Self::ListDkeys { .. } => MessageType::ListDkeys,
+            Self::ListAkeys { .. } => MessageType::ListAkeys,
+            Self::CondUpdate { .. } => MessageType::CondUpdate,
+            Self::ExtentWrite { .. } => MessageType::ExtentWrite,
+            Self::ExtentRead { .. } => MessageType::ExtentRead,
+            Self::Batch(_) => MessageType::Batch,
+            Self::Stat => MessageType::Stat,
+            Self::RegionRead { .. } => MessageType::RegionRead,
+        }
+    }
+
+    /// Appends the body (no frame header) to `out`.
+    pub fn encode_body(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Hello(h) => h.encode_into(out),
+            Self::Login(l) => out.put_bytes(&l.proof),
+            Self::Update { key, value } => {
+                key.encode_into(out);
+                put_blob(out, value);
+            }
+            Self::Fetch { key } => key.encode_into(out),
+            Self::Punch { scope, key } => {
+                out.put_u8(*scope as u8);
+                key.encode_into(out);
+            }
+            Self::ListDkeys {
+                container,
+                object,
+                after,
+                limit,
+            } => {
+                out.put_u64(*container);
+                out.put_u128(*object);
+                put_after(out, *limit, after);
+            }
+            Self::ListAkeys {
+                container,
+                object,
+                dkey,
+                after,
+                limit,
+            } => {
+                out.put_u64(*container);
+                out.put_u128(*object);
+                out.put_u16(len_u16(dkey.len()));
+                out.put_bytes(dkey);
+                put_after(out, *limit, after);
+            }
+            Self::CondUpdate {
+                key,
+                expected_version,
+                value,
+            } => {
+                key.encode_into(out);
+                out.put_u64(*expected_version);
+                put_blob(out, value);
+            }
+            Self::ExtentWrite { key, offset, data } => {
+                key.encode_into(out);
+                out.put_u64(*offset);
+                put_blob(out, data);
+            }
+            Self::ExtentRead { key, offset, len } => {
+                key.encode_into(out);
+                out.put_u64(*offset);
+                out.put_u32(*len);
+            }
+            Self::Batch(items) => {
+                out.put_u16(len_u16(items.len()));
+                for item in items {
+                    put_item(out, item.kind(), |o| item.encode_body(o));
+                }
+            }
+            Self::Stat => {}
+            Self::RegionRead {
+                region_id,
+                access_key,
+                offset,
+                len,
+            } => {
+                out.put_u32(*region_id);
+                out.put_u32(0);
+                out.put_u64(*access_key);
+                out.put_u64(*offset);
+                out.put_u32(*len);
+            }
+        }
+    }
+
+    /// Decodes exactly one request body of frame type `kind`.
+    pub fn decode_body(kind: MessageType, body: &[u8]) -> Result<Self, FormatError> {
+        let mut r = Reader::new(body, "request body");
+        let req = Self::decode_from(kind, &mut r)?;
+        r.finish()?;
+        Ok(req)
+    }
+
+    fn decode_from(kind: MessageType, r: &mut Reader<'_>) -> Result<Self, FormatError> {
+        Ok(match kind {
+            MessageType::Hello => Self::Hello(Hello::decode_from(r)?),
+            MessageType::Login => Self::Login(Login { proof: r.array()? }),
+            MessageType::Update => Self::Update {
+                key: Key::decode_from(r)?,
+                value: get_blob(r, VALUE_MAX_BYTES, "value_len")?,
+            },
+            MessageType::Fetch => Self::Fetch {
+                key: Key::decode_from(r)?,
+            },
+            MessageType::Punch => {
+                let scope = match r.u8()? {
+                    1 => PunchScope::Akey,
+                    2 => PunchScope::Dkey,
+                    3 => PunchScope::Object,
+                    v => return Err(r.range("scope", u64::from(v))),
+                };
+                Self::Punch {
+                    scope,
+                    key: Key::decode_from(r)?,
+                }
+            }
+            MessageType::ListDkeys => {
+                let container = r.u64()?;
+                let object = r.u128()?;
+                let (limit, after) = get_after(r)?;
+                Self::ListDkeys {
+                    container,
+                    object,
+                    after,
+                    limit,
+                }
+            }
+            MessageType::ListAkeys => {
+                let container = r.u64()?;
+                let object = r.u128()?;
+                let dkey_len = usize::from(r.u16()?);
+                let dkey = r.vec(dkey_len, KEY_PART_MAX_BYTES, "dkey_len")?;
+                let (limit, after) = get_after(r)?;
+                Self::ListAkeys {
+                    container,
+                    object,
+                    dkey,
+                    after,
+                    limit,
+                }
+            }
+            MessageType::CondUpdate => Self::CondUpdate {
+                key: Key::decode_from(r)?,
+                expected_version: r.u64()?,
+                value: get_blob(r, VALUE_MAX_BYTES, "value_len")?,
+            },
+            MessageType::ExtentWrite => Self::ExtentWrite {
+                key: Key::decode_from(r)?,
+                offset: r.u64()?,
+                data: get_blob(r, VALUE_MAX_BYTES, "data_len")?,
+            },
+            MessageType::ExtentRead => {
+                let key = Key::decode_from(r)?;
+                let offset = r.u64()?;
+                let len = r.u32()?;
+                if len as usize > MAX_READ_BYTES {
+                    return Err(r.range("len", u64::from(len)));
+                }
+                Self::ExtentRead { key, offset, len }
+            }
+            MessageType::Batch => Self::Batch(decode_items(r, |k, r| {
+                if !k.is_batchable() {
+                    return Err(r.range("batch item type", k as u64));
+                }
+                Self::decode_from(k, r)
+            })?),
+            MessageType::Stat => Self::Stat,
+            MessageType::RegionRead => {
+                let region_id = r.u32()?;
+                if r.u32()? != 0 {
+                    return Err(r.range("reserved", 1));
+                }
+                let access_key = r.u64()?;
+                let offset = r.u64()?;
+                let len = r.u32()?;
+                if len as usize > MAX_READ_BYTES {
+                    return Err(r.range("len", u64::from(len)));
+                }
+                Self::RegionRead {
+                    region_id,
+                    access_key,
+                    offset,
+                    len,
+                }
+            }
+            MessageType::Error => return Err(r.range("request type", kind as u64)),
+        })
+    }
+}
+
+/// Batch item: type u8, body_len u32, body.
+fn put_item(out: &mut Vec<u8>, kind: MessageType, body: impl FnOnce(&mut Vec<u8>)) {
+    out.put_u8(kind as u8);
+    let len_at = out.len();
+    out.put_u32(0);
+    body(out);
+    let len = len_u32(out.len() - len_at - 4);
+    out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+fn decode_items<T>(
+    r: &mut Reader<'_>,
+    mut one: impl FnMut(MessageType, &mut Reader<'_>) -> Result<T, FormatError>,
+) -> Result<Vec<T>, FormatError> {
+    let count = usize::from(r.u16()?);
+    if count > MAX_BATCH_ITEMS {
+        return Err(r.range("batch count", count as u64));
+    }
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        let type_byte = r.u8()?;
+        let kind =
+            MessageType::from_u8(type_byte).ok_or(r.range("item type", u64::from(type_byte)))?;
+        let len = r.u32()? as usize;
+        let mut item = Reader::new(r.bytes(len)?, "batch item");
+        items.push(one(kind, &mut item)?);
+        item.finish()?;
+    }
+    Ok(items)
+}
+
+impl Reply {
+    /// The frame (or batch item) type of this reply to a `request` request.
+    pub fn wire_kind(&self, request: MessageType) -> MessageType {
+        match self {
+            Self::Error { .. } => MessageType::Error,
+            _ => request,
+        }
+    }
+
+    /// A canonical request type whose reply has this reply's shape; used
+    /// for batch reply items.
+    pub fn shape_kind(&self) -> MessageType {
+        match self {
+            Self::Challenge(_) => MessageType::Hello,
+            Self::Welcome(_) => MessageType::Login,
+            Self::Version(_) => MessageType::Update,
+            Self::Value(_) => MessageType::Fetch,
+            Self::Keys { .. } => MessageType::ListDkeys,
+            Self::Cond { .. } => MessageType::CondUpdate,
+            Self::Data(_) => MessageType::ExtentRead,
+            Self::Batch(_) => MessageType::Batch,
+            Self::Stat(_) => MessageType::Stat,
+            Self::Error { .. } => MessageType::Error,
+        }
+    }
+
+    /// An error reply.
+    pub fn error(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::Error {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// Appends the body (no frame header) to `out`.
+    pub fn encode_body(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Challenge(c) => c.encode_into(out),
+            Self::Welcome(w) => w.encode_into(out),
+            Self::Version(v) => out.put_u64(*v),
+            Self::Value(None) => out.put_u8(0),
+            Self::Value(Some(f)) => {
+                out.put_u8(1);
+                out.put_u64(f.version);
+                put_blob(out, &f.value);
+            }
+            Self::Keys { keys, more } => {
+                out.put_u32(len_u32(keys.len()));
+                out.put_u8(u8::from(*more));
+                for k in keys {
+                    out.put_u16(len_u16(k.len()));
+                    out.put_bytes(k);
+                }
+            }
+            Self::Cond { applied, version } => {
+                out.put_u8(u8::from(*applied));
+                out.put_u64(*version);
+            }
+            Self::Data(d) => put_blob(out, d),
+            Self::Batch(items) => {
+                out.put_u16(len_u16(items.len()));
+                for item in items {
+                    put_item(out, item.shape_kind(), |o| item.encode_body(o));
+                }
+            }
+            Self::Stat(targets) => encode_stat(out, targets),
+            Self::Error { code, message } => {
+                let message = utf8_prefix(message, MAX_MESSAGE_BYTES);
+                out.put_u16(*code as u16);
+                out.put_u16(len_u16(message.len()));
+                out.put_bytes(message.as_bytes());
+            }
+        }
+    }
+
+    /// Decodes exactly one reply body carried by a frame of type `kind`.
+    pub fn decode_body(kind: MessageType, body: &[u8]) -> Result<Self, FormatError> {
+        let mut r = Reader::new(body, "reply body");
+        let reply = Self::decode_from(kind, &mut r)?;
+        r.finish()?;
+        Ok(reply)
+    }
+
+    fn decode_from(kind: MessageType, r: &mut Reader<'_>) -> Result<Self, FormatError> {
+        use MessageType as T;
+        Ok(match kind {
+            T::Hello => Self::Challenge(Challenge::decode_from(r)?),
+            T::Login => Self::Welcome(Welcome::decode_from(r)?),
+            T::Update | T::Punch | T::ExtentWrite => Self::Version(r.u64()?),
+            T::Fetch => match get_bool(r, "found")? {
+                false => Self::Value(None),
+                true => Self::Value(Some(Found {
+                    version: r.u64()?,
+                    value: get_blob(r, VALUE_MAX_BYTES, "value_len")?,
+                })),
+            },
+            T::ListDkeys | T::ListAkeys => {
+                let count = r.u32()? as usize;
+                if count > MAX_LIST_KEYS {
+                    return Err(r.range("key count", count as u64));
+                }
+                let more = get_bool(r, "more")?;
+                let mut keys = Vec::with_capacity(count);
+                for _ in 0..count {
+                    let len = usize::from(r.u16()?);
+                    keys.push(r.vec(len, KEY_PART_MAX_BYTES, "key_len")?);
+                }
+                Self::Keys { keys, more }
+            }
+            T::CondUpdate => Self::Cond {
+                applied: get_bool(r, "applied")?,
+                version: r.u64()?,
+            },
+            T::ExtentRead | T::RegionRead => Self::Data(get_blob(r, MAX_READ_BYTES, "data_len")?),
+            T::Batch => Self::Batch(decode_items(r, |k, r| {
+                if k != T::Error && !k.is_batchable() {
+                    return Err(r.range("batch item type", k as u64));
+                }
+                Self::decode_from(k, r)
+            })?),
+            T::Stat => Self::Stat(decode_stat(r)?),
+            T::Error => {
+                let code = ErrorCode::from_u16(r.u16()?);
+                let len = usize::from(r.u16()?);
+                let msg = r.vec(len, MAX_MESSAGE_BYTES, "message_len")?;
+                Self::Error {
+                    code,
+                    message: String::from_utf8_lossy(&msg).into_owned(),
+                }
+            }
+        })
+    }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that is still UTF-8.
+fn utf8_prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn encode_stat(out: &mut Vec<u8>, targets: &[TargetStat]) {
+    out.put_u16(len_u16(targets.len()));
+    for t in targets {
+        out.put_u16(t.target);
+        out.put_u16(len_u16(t.counters.len()));
+        for (name, value) in &t.counters {
+            let name = utf8_prefix(name, usize::from(u8::MAX));
+            out.put_u8(name.len() as u8);
+            out.put_bytes(name.as_bytes());
+            out.put_u64(*value);
+        }
+    }
+}
+
+fn decode_stat(r: &mut Reader<'_>) -> Result<Vec<TargetStat>, FormatError> {
+    let count = usize::from(r.u16()?);
+    if count > MAX_TARGETS {
+        return Err(r.range("target count", count as u64));
+    }
+    let mut targets = Vec::with_capacity(count);
+    for _ in 0..count {
+        let target = r.u16()?;
+        let n = usize::from(r.u16()?);
+        if n > MAX_STAT_COUNTERS {
+            return Err(r.range("counter count", n as u64));
+        }
+        let mut counters = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = usize::from(r.u8()?);
+            let name = String::from_utf8(r.bytes(len)?.to_vec())
+                .map_err(|_| r.range("counter name (utf-8)", len as u64))?;
+            counters.push((name, r.u64()?));
+        }
+        targets.push(TargetStat { target, counters });
+    }
+    Ok(targets)
+}

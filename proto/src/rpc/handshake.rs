@@ -1,0 +1,237 @@
+//! The connection handshake and its token authentication.
+//!
+//! ```text
+//! client                                   engine
+//!   Hello { flags, client_nonce }   ──▶
+//!                                   ◀──   Hello reply = Challenge { auth, server_nonce }
+//!   Login { proof }                 ──▶   (proof checked when auth is required)
+//!                                   ◀──   Login reply = Welcome { targets, regions, server_proof }
+//! ```
+//!
+//! `proof = HMAC-SHA256(token, "ferrite-login-v1" ‖ server_nonce ‖ client_nonce)`
+//! and `server_proof = HMAC-SHA256(token, "ferrite-engine-v1" ‖ client_nonce ‖
+//! server_nonce)`: the token never crosses the wire, the nonces make every
+//! proof single-use, and the client can check that the engine holds the token
+//! too. Without auth both proofs are all zero.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::codec::{len_u16, Put, Reader};
+use crate::region::{RegionDescriptor, DESCRIPTOR_BYTES};
+use crate::FormatError;
+
+pub const NONCE_BYTES: usize = 16;
+pub const PROOF_BYTES: usize = 32;
+/// Most regions one Welcome may list (also the SCM_RIGHTS fd limit).
+pub const MAX_REGIONS: usize = 253;
+/// Most targets one engine may have.
+pub const MAX_TARGETS: usize = 1024;
+
+/// Hello flag: the client can map shm regions (Unix socket only).
+pub const HELLO_WANT_SHM: u32 = 1;
+/// Welcome flag: one fd per shm region rides on this frame (SCM_RIGHTS).
+pub const WELCOME_FDS_ATTACHED: u16 = 1;
+
+/// Challenge `auth` values.
+pub const AUTH_NONE: u8 = 0;
+pub const AUTH_TOKEN_HMAC_SHA256: u8 = 1;
+
+const LOGIN_LABEL: &[u8] = b"ferrite-login-v1";
+const ENGINE_LABEL: &[u8] = b"ferrite-engine-v1";
+
+type HmacSha256 = Hmac<Sha256>;
+
+fn keyed_hash(token: &[u8], label: &[u8], first: &[u8], second: &[u8]) -> HmacSha256 {
+    // HMAC accepts keys of every length, so `new_from_slice` cannot fail.
+    let mut mac = match HmacSha256::new_from_slice(token) {
+        Ok(m) => m,
+        Err(_) => unreachable!("HMAC takes keys of any length"),
+    };
+    mac.update(label);
+    mac.update(first);
+    mac.update(second);
+    mac
+}
+
+/// The client's proof of holding `token`.
+pub fn login_proof(
+    token: &[u8],
+    server_nonce: &[u8; NONCE_BYTES],
+    client_nonce: &[u8; NONCE_BYTES],
+) -> [u8; PROOF_BYTES] {
+    keyed_hash(token, LOGIN_LABEL, server_nonce, client_nonce)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Checks a client's proof in constant time.
+pub fn verify_login_proof(
+    token: &[u8],
+    server_nonce: &[u8; NONCE_BYTES],
+    client_nonce: &[u8; NONCE_BYTES],
+    proof: &[u8; PROOF_BYTES],
+) -> bool {
+    keyed_hash(token, LOGIN_LABEL, server_nonce, client_nonce)
+        .verify_slice(proof)
+        .is_ok()
+}
+
+/// The engine's proof of holding `token`, sent in the Welcome.
+pub fn engine_proof(
+    token: &[u8],
+    server_nonce: &[u8; NONCE_BYTES],
+    client_nonce: &[u8; NONCE_BYTES],
+) -> [u8; PROOF_BYTES] {
+    keyed_hash(token, ENGINE_LABEL, client_nonce, server_nonce)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Hello: 20 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    pub flags: u32,
+    pub client_nonce: [u8; NONCE_BYTES],
+}
+
+impl Hello {
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.flags);
+        out.put_bytes(&self.client_nonce);
+    }
+    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self, FormatError> {
+        Ok(Self {
+            flags: r.u32()?,
+            client_nonce: r.array()?,
+        })
+    }
+}
+
+/// Reply to Hello: 20 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Challenge {
+    /// [`AUTH_NONE`] or [`AUTH_TOKEN_HMAC_SHA256`].
+    pub auth: u8,
+    pub server_nonce: [u8; NONCE_BYTES],
+}
+
+impl Challenge {
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        out.put_u8(self.auth);
+        out.put_bytes(&[0; 3]);
+        out.put_bytes(&self.server_nonce);
+    }
+    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self, FormatError> {
+        let auth = r.u8()?;
+        if auth > AUTH_TOKEN_HMAC_SHA256 {
+            return Err(r.range("auth", u64::from(auth)));
+        }
+        let _reserved = r.bytes(3)?;
+        Ok(Self {
+            auth,
+            server_nonce: r.array()?,
+        })
+    }
+}
+
+/// Login: 32 bytes, the proof (zeros when no auth is required).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Login {
+    pub proof: [u8; PROOF_BYTES],
+}
+
+/// One entry of the target map: 8 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetInfo {
+    pub target: u16,
+    /// The xstream (and so the CPU) serving the target.
+    pub xstream: u16,
+    /// 0 = serving, 1 = read-only (poisoned after a device error).
+    pub state: u8,
+}
+
+/// Reply to Login: the engine's layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome {
+    /// [`WELCOME_FDS_ATTACHED`] when shm fds ride on this frame.
+    pub flags: u16,
+    /// Random per engine start; a change tells a client the engine restarted.
+    pub incarnation: u64,
+    pub server_proof: [u8; PROOF_BYTES],
+    pub targets: Vec<TargetInfo>,
+    pub regions: Vec<RegionDescriptor>,
+}
+
+impl Welcome {
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        out.put_u16(self.flags);
+        out.put_u16(len_u16(self.targets.len()));
+        out.put_u16(len_u16(self.regions.len()));
+        out.put_u16(0);
+        out.put_u64(self.incarnation);
+        out.put_bytes(&self.server_proof);
+        for t in &self.targets {
+            out.put_u16(t.target);
+            out.put_u16(t.xstream);
+            out.put_u8(t.state);
+            out.put_bytes(&[0; 3]);
+        }
+        for d in &self.regions {
+            out.put_bytes(&d.encode());
+        }
+    }
+
+    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self, FormatError> {
+        let flags = r.u16()?;
+        let target_count = usize::from(r.u16()?);
+        let region_count = usize::from(r.u16()?);
+        let _reserved = r.u16()?;
+        if target_count == 0 || target_count > MAX_TARGETS {
+            return Err(r.range("target_count", target_count as u64));
+        }
+        if region_count > MAX_REGIONS {
+            return Err(r.range("region_count", region_count as u64));
+        }
+        let incarnation = r.u64()?;
+        let server_proof = r.array()?;
+        let mut targets = Vec::with_capacity(target_count);
+        for _ in 0..target_count {
+            let t = TargetInfo {
+                target: r.u16()?,
+                xstream: r.u16()?,
+                state: r.u8()?,
+            };
+            let _reserved = r.bytes(3)?;
+            targets.push(t);
+        }
+        let mut regions = Vec::with_capacity(region_count);
+        for _ in 0..region_count {
+            regions.push(RegionDescriptor::decode(r.bytes(DESCRIPTOR_BYTES)?)?);
+        }
+        Ok(Self {
+            flags,
+            incarnation,
+            server_proof,
+            targets,
+            regions,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proofs_depend_on_token_and_nonces() {
+        let (s, c) = ([1u8; 16], [2u8; 16]);
+        let p = login_proof(b"secret", &s, &c);
+        assert!(verify_login_proof(b"secret", &s, &c, &p));
+        assert!(!verify_login_proof(b"secreT", &s, &c, &p));
+        assert!(!verify_login_proof(b"secret", &c, &s, &p));
+        assert_ne!(engine_proof(b"secret", &s, &c), p);
+    }
+}

@@ -1,0 +1,229 @@
+//! Request and reply bodies of the data operations, and their encodings.
+//!
+//! Every decoder takes exactly one body and refuses leftovers, lengths over
+//! their limits and unknown enum values; none of them panics.
+
+use super::codec::{len_u16, Put, Reader};
+use super::handshake::{Challenge, Hello, Login, Welcome};
+use crate::key::{RecordKey, KEY_PART_MAX_BYTES};
+use crate::record::VALUE_MAX_BYTES;
+use crate::FormatError;
+
+/// Most operations in one batch.
+pub const MAX_BATCH_ITEMS: usize = 1024;
+/// Most keys one list reply may carry.
+pub const MAX_LIST_KEYS: usize = 4096;
+/// Most bytes one extent or region read may return.
+pub const MAX_READ_BYTES: usize = VALUE_MAX_BYTES;
+/// Longest error message carried, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+/// Most counters one target reports in a stat reply.
+pub const MAX_STAT_COUNTERS: usize = 256;
+
+/// A full key, owned (wire: container u64, object u128, dkey_len u16,
+/// akey_len u16, dkey, akey — 28 bytes plus the key parts).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    pub container: u64,
+    pub object: u128,
+    pub dkey: Vec<u8>,
+    pub akey: Vec<u8>,
+}
+
+impl Key {
+    pub fn new(container: u64, object: u128, dkey: &[u8], akey: &[u8]) -> Self {
+        Self {
+            container,
+            object,
+            dkey: dkey.to_vec(),
+            akey: akey.to_vec(),
+        }
+    }
+    pub fn as_record_key(&self) -> RecordKey<'_> {
+        RecordKey::new(self.container, self.object, &self.dkey, &self.akey)
+    }
+    pub(crate) fn encode_into(&self, out: &mut Vec<u8>) {
+        out.put_u64(self.container);
+        out.put_u128(self.object);
+        out.put_u16(len_u16(self.dkey.len()));
+        out.put_u16(len_u16(self.akey.len()));
+        out.put_bytes(&self.dkey);
+        out.put_bytes(&self.akey);
+    }
+    pub(crate) fn decode_from(r: &mut Reader<'_>) -> Result<Self, FormatError> {
+        let container = r.u64()?;
+        let object = r.u128()?;
+        let dkey_len = usize::from(r.u16()?);
+        let akey_len = usize::from(r.u16()?);
+        Ok(Self {
+            container,
+            object,
+            dkey: r.vec(dkey_len, KEY_PART_MAX_BYTES, "dkey_len")?,
+            akey: r.vec(akey_len, KEY_PART_MAX_BYTES, "akey_len")?,
+        })
+    }
+}
+
+/// What a punch removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PunchScope {
+    /// One akey.
+    Akey = 1,
+    /// Every akey under the dkey (the key's akey is ignored).
+    Dkey = 2,
+    /// The whole object on the dkey's target (dkey and akey route only).
+    Object = 3,
+}
+
+/// A request body. Handshake messages come first on every connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Hello(Hello),
+    Login(Login),
+    Update {
+        key: Key,
+        value: Vec<u8>,
+    },
+    Fetch {
+        key: Key,
+    },
+    Punch {
+        scope: PunchScope,
+        key: Key,
+    },
+    /// Dkeys of an object, sorted, strictly after `after`; from every target.
+    ListDkeys {
+        container: u64,
+        object: u128,
+        after: Option<Vec<u8>>,
+        limit: u32,
+    },
+    /// Akeys of a dkey, sorted, strictly after `after`.
+    ListAkeys {
+        container: u64,
+        object: u128,
+        dkey: Vec<u8>,
+        after: Option<Vec<u8>>,
+        limit: u32,
+    },
+    /// Update only if the key's version is `expected_version` (0 = absent).
+    CondUpdate {
+        key: Key,
+        expected_version: u64,
+        value: Vec<u8>,
+    },
+    ExtentWrite {
+        key: Key,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    ExtentRead {
+        key: Key,
+        offset: u64,
+        len: u32,
+    },
+    /// Data operations, answered in order by a batch reply.
+    Batch(Vec<Request>),
+    Stat,
+    /// One-sided read of `len` bytes at `offset` of a tcp-provider region.
+    RegionRead {
+        region_id: u32,
+        access_key: u64,
+        offset: u64,
+        len: u32,
+    },
+}
+
+/// A value found by a fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub version: u64,
+    pub value: Vec<u8>,
+}
+
+/// Counters of one target in a stat reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetStat {
+    pub target: u16,
+    pub counters: Vec<(String, u64)>,
+}
+
+/// Why a request failed (wire: u16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ErrorCode {
+    /// The frame or body did not decode; the connection is closed.
+    Malformed = 1,
+    /// The announced body exceeds the limit; the connection is closed.
+    Oversized = 2,
+    /// No valid login yet, or a wrong proof; the connection is closed.
+    Unauthenticated = 3,
+    UnsupportedVersion = 4,
+    /// A well-formed request the engine refuses (bad length, bad range...).
+    InvalidArgument = 5,
+    /// The device failed; the target refuses writes (poisoned).
+    Io = 6,
+    ReadOnly = 7,
+    /// Store or queue full.
+    NoSpace = 8,
+    ShuttingDown = 9,
+    /// Region read with an unknown region, wrong access key or out of bounds.
+    BadRegion = 10,
+    Internal = 11,
+}
+
+impl ErrorCode {
+    const ALL: [ErrorCode; 11] = [
+        Self::Malformed,
+        Self::Oversized,
+        Self::Unauthenticated,
+        Self::UnsupportedVersion,
+        Self::InvalidArgument,
+        Self::Io,
+        Self::ReadOnly,
+        Self::NoSpace,
+        Self::ShuttingDown,
+        Self::BadRegion,
+        Self::Internal,
+    ];
+    /// Unknown codes decode as `Internal` so newer engines stay readable.
+    pub fn from_u16(v: u16) -> Self {
+        Self::ALL
+            .into_iter()
+            .find(|c| *c as u16 == v)
+            .unwrap_or(Self::Internal)
+    }
+}
+
+/// A reply body. Its frame type is the request's type, or `Error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// Reply to Hello.
+    Challenge(Challenge),
+    /// Reply to Login.
+    Welcome(Welcome),
+    /// Reply to Update, Punch, ExtentWrite: the version assigned.
+    Version(u64),
+    /// Reply to Fetch.
+    Value(Option<Found>),
+    /// Reply to ListDkeys/ListAkeys; `more` = call again after the last key.
+    Keys {
+        keys: Vec<Vec<u8>>,
+        more: bool,
+    },
+    /// Reply to CondUpdate: whether applied, and the key's version now.
+    Cond {
+        applied: bool,
+        version: u64,
+    },
+    /// Reply to ExtentRead and RegionRead.
+    Data(Vec<u8>),
+    /// Reply to Batch: one reply per operation, in order.
+    Batch(Vec<Reply>),
+    Stat(Vec<TargetStat>),
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}

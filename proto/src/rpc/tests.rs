@@ -1,0 +1,298 @@
+//! Round trips of every message and refusal of malformed bytes, including
+//! random and mutated frames (the parser must never panic).
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+
+use super::handshake::*;
+use super::*;
+use crate::region::{Provider, RegionDescriptor, RegionKind};
+
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..max)
+}
+
+fn key() -> impl Strategy<Value = Key> {
+    (any::<u64>(), any::<u128>(), bytes(40), bytes(40)).prop_map(|(c, o, d, a)| Key {
+        container: c,
+        object: o,
+        dkey: d,
+        akey: a,
+    })
+}
+
+fn data_request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (key(), bytes(300)).prop_map(|(key, value)| Request::Update { key, value }),
+        key().prop_map(|key| Request::Fetch { key }),
+        (key(), 1u8..4).prop_map(|(key, s)| Request::Punch {
+            key,
+            scope: [PunchScope::Akey, PunchScope::Dkey, PunchScope::Object][usize::from(s - 1)],
+        }),
+        (
+            any::<u64>(),
+            any::<u128>(),
+            proptest::option::of(bytes(20)),
+            any::<u32>()
+        )
+            .prop_map(|(container, object, after, limit)| Request::ListDkeys {
+                container,
+                object,
+                after,
+                limit
+            }),
+        (
+            any::<u64>(),
+            bytes(20),
+            proptest::option::of(bytes(20)),
+            any::<u32>()
+        )
+            .prop_map(|(container, dkey, after, limit)| Request::ListAkeys {
+                container,
+                object: 9,
+                dkey,
+                after,
+                limit
+            }),
+        (key(), any::<u64>(), bytes(100)).prop_map(|(key, expected_version, value)| {
+            Request::CondUpdate {
+                key,
+                expected_version,
+                value,
+            }
+        }),
+        (key(), any::<u64>(), bytes(100)).prop_map(|(key, offset, data)| Request::ExtentWrite {
+            key,
+            offset,
+            data
+        }),
+        (key(), any::<u64>(), 0u32..(1 << 20)).prop_map(|(key, offset, len)| Request::ExtentRead {
+            key,
+            offset,
+            len
+        }),
+    ]
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        data_request(),
+        vec(data_request(), 0..8).prop_map(Request::Batch),
+        Just(Request::Stat),
+        (any::<u32>(), any::<u64>(), any::<u64>(), 0u32..4096).prop_map(|(r, a, o, l)| {
+            Request::RegionRead {
+                region_id: r,
+                access_key: a,
+                offset: o,
+                len: l,
+            }
+        }),
+        (any::<u32>(), any::<[u8; 16]>()).prop_map(|(flags, client_nonce)| Request::Hello(Hello {
+            flags,
+            client_nonce
+        })),
+        any::<[u8; 32]>().prop_map(|proof| Request::Login(Login { proof })),
+    ]
+}
+
+fn data_reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        any::<u64>().prop_map(Reply::Version),
+        Just(Reply::Value(None)),
+        (any::<u64>(), bytes(200))
+            .prop_map(|(version, value)| Reply::Value(Some(Found { version, value }))),
+        (vec(bytes(20), 0..10), any::<bool>()).prop_map(|(keys, more)| Reply::Keys { keys, more }),
+        (any::<bool>(), any::<u64>())
+            .prop_map(|(applied, version)| Reply::Cond { applied, version }),
+        bytes(300).prop_map(Reply::Data),
+        (1u16..12, "[a-zé]{0,40}").prop_map(|(c, m)| Reply::error(ErrorCode::from_u16(c), m)),
+    ]
+}
+
+fn welcome() -> impl Strategy<Value = Reply> {
+    (1usize..5, any::<u64>(), any::<bool>()).prop_map(|(n, incarnation, shm)| {
+        let regions = (0..n)
+            .map(|t| RegionDescriptor {
+                provider: if shm { Provider::Shm } else { Provider::Tcp },
+                kind: RegionKind::Log,
+                target: t as u16,
+                region_id: t as u32,
+                length: 1 << 20,
+                param: 1 << 20,
+                access_key: incarnation ^ t as u64,
+                remote_addr: 0,
+            })
+            .collect();
+        Reply::Welcome(Welcome {
+            flags: u16::from(shm),
+            incarnation,
+            server_proof: [7; 32],
+            targets: (0..n as u16)
+                .map(|t| TargetInfo {
+                    target: t,
+                    xstream: t,
+                    state: 0,
+                })
+                .collect(),
+            regions,
+        })
+    })
+}
+
+fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
+    prop_oneof![
+        data_reply().prop_map(|r| (r.shape_kind(), r)),
+        vec(data_reply(), 0..6).prop_map(|v| (MessageType::Batch, Reply::Batch(v))),
+        welcome().prop_map(|w| (MessageType::Login, w)),
+        (any::<u8>(), any::<[u8; 16]>()).prop_map(|(a, server_nonce)| (
+            MessageType::Hello,
+            Reply::Challenge(Challenge {
+                auth: a % 2,
+                server_nonce
+            })
+        )),
+        vec(
+            (any::<u16>(), vec(("[a-z_]{1,20}", any::<u64>()), 0..5)),
+            0..4
+        )
+        .prop_map(|t| (
+            MessageType::Stat,
+            Reply::Stat(
+                t.into_iter()
+                    .map(|(target, counters)| TargetStat { target, counters })
+                    .collect()
+            )
+        )),
+    ]
+}
+
+fn first_frame(wire: &[u8]) -> (FrameHeader, &[u8]) {
+    let (h, len) = split_frame(wire, MAX_BODY_BYTES).unwrap().unwrap();
+    assert_eq!(len, wire.len());
+    (h, &wire[HEADER_BYTES..len])
+}
+
+proptest! {
+    #[test]
+    fn request_roundtrip(id in any::<u64>(), req in request()) {
+        let mut wire = Vec::new();
+        encode_request(id, &req, &mut wire);
+        let (h, body) = first_frame(&wire);
+        prop_assert_eq!(h.request_id, id);
+        prop_assert!(!h.is_reply());
+        prop_assert_eq!(decode_request(&h, body).unwrap(), req);
+        prop_assert!(decode_reply(&h, body).is_err(), "direction is checked");
+    }
+
+    #[test]
+    fn reply_roundtrip(id in any::<u64>(), (kind, reply) in reply_with_kind()) {
+        let mut wire = Vec::new();
+        encode_reply(kind, id, &reply, &mut wire);
+        let (h, body) = first_frame(&wire);
+        prop_assert!(h.is_reply());
+        prop_assert_eq!(decode_reply(&h, body).unwrap(), reply);
+    }
+
+    #[test]
+    fn random_bytes_never_panic(buf in bytes(512), kind in any::<u8>(), reply in any::<bool>()) {
+        let _ = split_frame(&buf, MAX_BODY_BYTES);
+        if let Some(kind) = MessageType::from_u8(kind) {
+            let _ = Request::decode_body(kind, &buf);
+            let _ = Reply::decode_body(kind, &buf);
+            let h = FrameHeader { kind, flags: u16::from(reply), request_id: 1, body_len: buf.len() as u32 };
+            let _ = decode_request(&h, &buf);
+            let _ = decode_reply(&h, &buf);
+        }
+    }
+
+    #[test]
+    fn mutated_frames_never_panic(req in request(), pos in any::<usize>(), byte in any::<u8>(), cut in any::<usize>()) {
+        let mut wire = Vec::new();
+        encode_request(1, &req, &mut wire);
+        let p = pos % wire.len();
+        wire[p] = byte;
+        wire.truncate(cut % (wire.len() + 1));
+        if let Ok(Some((h, len))) = split_frame(&wire, MAX_BODY_BYTES) {
+            if len <= wire.len() {
+                let _ = decode_request(&h, &wire[HEADER_BYTES..len]);
+            }
+        }
+    }
+}
+
+#[test]
+fn truncated_bodies_are_refused() {
+    let req = Request::Update {
+        key: Key::new(1, 2, b"d", b"a"),
+        value: b"value".to_vec(),
+    };
+    let mut wire = Vec::new();
+    encode_request(3, &req, &mut wire);
+    let body = &wire[HEADER_BYTES..];
+    for cut in 0..body.len() {
+        assert!(Request::decode_body(MessageType::Update, &body[..cut]).is_err());
+    }
+    let mut long = body.to_vec();
+    long.push(0);
+    assert!(Request::decode_body(MessageType::Update, &long).is_err());
+}
+
+#[test]
+fn limits_are_enforced() {
+    // A dkey longer than 4096 bytes.
+    let mut body = Vec::new();
+    Request::Fetch {
+        key: Key::new(1, 2, &[0; 4097], b""),
+    }
+    .encode_body(&mut body);
+    assert!(Request::decode_body(MessageType::Fetch, &body).is_err());
+    // A nested batch.
+    let mut body = Vec::new();
+    Request::Batch(vec![Request::Batch(vec![])]).encode_body(&mut body);
+    assert!(Request::decode_body(MessageType::Batch, &body).is_err());
+    // A region read over the read limit.
+    let mut body = Vec::new();
+    Request::RegionRead {
+        region_id: 1,
+        access_key: 0,
+        offset: 0,
+        len: (message::MAX_READ_BYTES + 1) as u32,
+    }
+    .encode_body(&mut body);
+    assert!(Request::decode_body(MessageType::RegionRead, &body).is_err());
+    // A boolean that is neither 0 nor 1.
+    assert!(Reply::decode_body(MessageType::Fetch, &[2]).is_err());
+    // An Error type is never a request.
+    assert!(Request::decode_body(MessageType::Error, &[]).is_err());
+}
+
+#[test]
+fn long_error_messages_are_cut_on_char_boundary() {
+    let msg = "é".repeat(3000);
+    let mut body = Vec::new();
+    Reply::error(ErrorCode::Internal, msg).encode_body(&mut body);
+    match Reply::decode_body(MessageType::Error, &body).unwrap() {
+        Reply::Error { message, code } => {
+            assert_eq!(code, ErrorCode::Internal);
+            assert_eq!(message.len(), message::MAX_MESSAGE_BYTES);
+            assert!(message.chars().all(|c| c == 'é'));
+        }
+        other => panic!("not an error: {other:?}"),
+    }
+}
+
+#[test]
+fn pipelined_frames_split_in_order() {
+    let mut wire = Vec::new();
+    for id in 0..5u64 {
+        encode_request(id, &Request::Stat, &mut wire);
+    }
+    let mut at = 0;
+    let mut ids = Vec::new();
+    while let Some((h, len)) = split_frame(&wire[at..], MAX_BODY_BYTES).unwrap() {
+        ids.push(h.request_id);
+        at += len;
+    }
+    assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+    assert_eq!(at, wire.len());
+}
