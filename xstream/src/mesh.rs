@@ -1,0 +1,320 @@
+//! The message mesh: one mailbox per xstream, each with one bounded lane per
+//! sending xstream (single producer) and one lane shared by every other
+//! thread. A message is a closure that the destination's mailbox pump runs
+//! to spawn the real task into the requested class queue.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::channel::oneshot;
+use futures::task::AtomicWaker;
+
+use crate::context;
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::lane::Lane;
+use crate::{TaskClass, XstreamId};
+
+pub(crate) type Message = Box<dyn FnOnce() + Send>;
+
+/// Messages the pump runs before it lets the task queues run.
+const PUMP_BUDGET: usize = 64;
+
+static NEXT_MESH_UID: AtomicU64 = AtomicU64::new(1);
+
+/// A cheap, cloneable, `Send + Sync` handle to send work to the xstreams of
+/// one set, from an xstream or from any other thread.
+#[derive(Clone)]
+pub struct Mesh {
+    inner: Arc<MeshInner>,
+}
+
+impl std::fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mesh")
+            .field("xstreams", &self.len())
+            .finish()
+    }
+}
+
+struct MeshInner {
+    uid: u64,
+    mailboxes: Vec<Mailbox>,
+    closed: AtomicBool,
+}
+
+struct Mailbox {
+    /// `lanes[i]` for i < n is written by xstream i only; `lanes[n]` by
+    /// everyone else.
+    lanes: Vec<Lane<Message>>,
+    waker: AtomicWaker,
+}
+
+impl Mesh {
+    pub(crate) fn new(xstreams: usize, lane_capacity: usize) -> Self {
+        let mailboxes = (0..xstreams)
+            .map(|_| Mailbox {
+                lanes: (0..=xstreams).map(|_| Lane::new(lane_capacity)).collect(),
+                waker: AtomicWaker::new(),
+            })
+            .collect();
+        let uid = NEXT_MESH_UID.fetch_add(1, Ordering::Relaxed);
+        Self {
+            inner: Arc::new(MeshInner {
+                uid,
+                mailboxes,
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Number of xstreams.
+    pub fn len(&self) -> usize {
+        self.inner.mailboxes.len()
+    }
+
+    /// Always false: a set has at least one xstream.
+    pub fn is_empty(&self) -> bool {
+        self.inner.mailboxes.is_empty()
+    }
+
+    /// True once the set began shutting down.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f()` and awaits its future on xstream `xs` in queue `class`, and
+    /// returns the output. Works from an xstream (any, including `xs`) and
+    /// from any other thread; the returned future is `Send`. Waits for space
+    /// when the mailbox lane is full.
+    pub fn run_on<F, Fut, T>(
+        &self,
+        xs: XstreamId,
+        class: TaskClass,
+        f: F,
+    ) -> impl Future<Output = Result<T>> + Send + 'static
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let message = task_message(class, move || {
+            let fut = f();
+            async move {
+                let _ = tx.send(fut.await);
+            }
+        });
+        let push = self.push(xs, message);
+        async move {
+            push.await?;
+            rx.await.map_err(|_| Error::Canceled)
+        }
+    }
+
+    /// Queues `f()` to run on `xs` without waiting for it; resolves once the
+    /// message is in the mailbox (waiting for space when full).
+    pub fn send<F, Fut>(
+        &self,
+        xs: XstreamId,
+        class: TaskClass,
+        f: F,
+    ) -> impl Future<Output = Result<()>> + Send + 'static
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        self.push(xs, task_message(class, f))
+    }
+
+    /// Like [`Mesh::send`] but fails with [`Error::MailboxFull`] instead of
+    /// waiting.
+    pub fn try_send<F, Fut>(&self, xs: XstreamId, class: TaskClass, f: F) -> Result<()>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let (mailbox, lane) = self.route(xs)?;
+        let lane_ref = &mailbox.lanes[lane];
+        lane_ref
+            .try_push(task_message(class, f))
+            .map_err(|_| Error::MailboxFull { xstream: xs })?;
+        self.after_push(mailbox, lane);
+        Ok(())
+    }
+
+    /// Runs `f()` on `xs` and completes `event` with its output (or with the
+    /// error that stopped it). Nobody needs to poll anything: the xstream
+    /// completes the event, and the owner of its [`EventQueue`](crate::EventQueue)
+    /// sees it in `poll`.
+    pub fn run_with_event<F, Fut, T>(
+        &self,
+        xs: XstreamId,
+        class: TaskClass,
+        event: Event<T>,
+        f: F,
+    ) -> impl Future<Output = ()> + Send + 'static
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<Event<T>>();
+        let message = task_message(class, move || {
+            let fut = f();
+            async move {
+                let output = fut.await;
+                if let Ok(event) = rx.await {
+                    event.complete(Ok(output));
+                }
+            }
+        });
+        let push = self.push(xs, message);
+        async move {
+            match push.await {
+                Ok(()) => {
+                    // If the task is gone already the event comes back here.
+                    if let Err(event) = tx.send(event) {
+                        event.complete(Err(Error::Canceled));
+                    }
+                }
+                Err(e) => event.complete(Err(e)),
+            }
+        }
+    }
+
+    fn route(&self, xs: XstreamId) -> Result<(&Mailbox, usize)> {
+        if self.is_closed() {
+            return Err(Error::ShutDown);
+        }
+        let count = self.len();
+        let mailbox = self
+            .inner
+            .mailboxes
+            .get(xs.0)
+            .ok_or(Error::NoSuchXstream { xstream: xs, count })?;
+        let uid = self.inner.uid;
+        let lane = context::with(|c| (c.mesh.inner.uid == uid).then_some(c.id.0))
+            .flatten()
+            .unwrap_or(count);
+        Ok((mailbox, lane))
+    }
+
+    fn after_push(&self, mailbox: &Mailbox, lane: usize) {
+        fence(Ordering::SeqCst);
+        if self.is_closed() {
+            // The pump may have drained for the last time already: drop
+            // what is left so that every waiter sees `Canceled`.
+            while mailbox.lanes[lane].pop().is_some() {}
+            return;
+        }
+        mailbox.waker.wake();
+    }
+
+    fn push(&self, xs: XstreamId, message: Message) -> Push {
+        Push {
+            mesh: self.clone(),
+            xs,
+            message: Some(message),
+        }
+    }
+
+    /// Closes every mailbox and wakes the pumps.
+    pub(crate) fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        for mailbox in &self.inner.mailboxes {
+            mailbox.waker.wake();
+            mailbox.lanes.iter().for_each(Lane::wake_space_waiters);
+        }
+    }
+
+    /// The mailbox pump of xstream `me`: runs messages until the mesh closes,
+    /// then drops what is left.
+    pub(crate) async fn pump(&self, me: XstreamId) {
+        let mailbox = &self.inner.mailboxes[me.0];
+        loop {
+            let mut ran = 0;
+            for lane in &mailbox.lanes {
+                while ran < PUMP_BUDGET {
+                    let Some(message) = lane.pop() else { break };
+                    message();
+                    ran += 1;
+                }
+            }
+            if self.is_closed() {
+                break;
+            }
+            if ran > 0 {
+                glommio::executor().yield_task_queue_now().await;
+            } else {
+                WaitForMail {
+                    mailbox,
+                    closed: &self.inner.closed,
+                }
+                .await;
+            }
+        }
+        for lane in &mailbox.lanes {
+            while lane.pop().is_some() {}
+        }
+    }
+}
+
+fn task_message<F, Fut>(class: TaskClass, f: F) -> Message
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    Box::new(move || context::spawn_tracked(class, f()))
+}
+
+struct Push {
+    mesh: Mesh,
+    xs: XstreamId,
+    message: Option<Message>,
+}
+
+impl Future for Push {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = &mut *self;
+        let (mailbox, lane) = match this.mesh.route(this.xs) {
+            Ok(route) => route,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if this.message.is_none() {
+            return Poll::Ready(Ok(()));
+        }
+        match mailbox.lanes[lane].poll_push(&mut this.message, cx) {
+            Poll::Ready(()) => {
+                this.mesh.after_push(mailbox, lane);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+struct WaitForMail<'a> {
+    mailbox: &'a Mailbox,
+    closed: &'a AtomicBool,
+}
+
+impl Future for WaitForMail<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.mailbox.waker.register(cx.waker());
+        fence(Ordering::SeqCst);
+        let has_mail = self.mailbox.lanes.iter().any(|l| !l.is_empty());
+        if has_mail || self.closed.load(Ordering::SeqCst) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
