@@ -298,7 +298,7 @@ impl Reply {
             Self::Value(_) => MessageType::Fetch,
             Self::Keys { .. } => MessageType::ListDkeys,
             Self::Cond { .. } => MessageType::CondUpdate,
-            Self::Data(_) => MessageType::ExtentRead,
+            Self::Data(_) => MessageType::RegionRead,
             Self::Batch(_) => MessageType::Batch,
             Self::Stat(_) => MessageType::Stat,
             Self::Error { .. } => MessageType::Error,
@@ -368,7 +368,7 @@ impl Reply {
             T::Hello => Self::Challenge(Challenge::decode_from(r)?),
             T::Login => Self::Welcome(Welcome::decode_from(r)?),
             T::Update | T::Punch | T::ExtentWrite => Self::Version(r.u64()?),
-            T::Fetch => match get_bool(r, "found")? {
+            T::Fetch | T::ExtentRead => match get_bool(r, "found")? {
                 false => Self::Value(None),
                 true => Self::Value(Some(Found {
                     version: r.u64()?,
@@ -392,7 +392,7 @@ impl Reply {
                 applied: get_bool(r, "applied")?,
                 version: r.u64()?,
             },
-            T::ExtentRead | T::RegionRead => Self::Data(get_blob(r, MAX_READ_BYTES, "data_len")?),
+            T::RegionRead => Self::Data(get_blob(r, MAX_READ_BYTES, "data_len")?),
             T::Batch => Self::Batch(decode_items(r, |k, r| {
                 if k != T::Error && !k.is_batchable() {
                     return Err(r.range("batch item type", k as u64));

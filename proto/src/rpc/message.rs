@@ -72,7 +72,7 @@ pub enum PunchScope {
     Akey = 1,
     /// Every akey under the dkey (the key's akey is ignored).
     Dkey = 2,
-    /// The whole object on the dkey's target (dkey and akey route only).
+    /// The whole object on every target (dkey and akey are ignored).
     Object = 3,
 }
 
@@ -205,7 +205,8 @@ pub enum Reply {
     Welcome(Welcome),
     /// Reply to Update, Punch, ExtentWrite: the version assigned.
     Version(u64),
-    /// Reply to Fetch.
+    /// Reply to Fetch and ExtentRead (the array's version and the bytes,
+    /// holes read as zero).
     Value(Option<Found>),
     /// Reply to ListDkeys/ListAkeys; `more` = call again after the last key.
     Keys {
@@ -217,7 +218,7 @@ pub enum Reply {
         applied: bool,
         version: u64,
     },
-    /// Reply to ExtentRead and RegionRead.
+    /// Reply to RegionRead.
     Data(Vec<u8>),
     /// Reply to Batch: one reply per operation, in order.
     Batch(Vec<Reply>),

@@ -104,7 +104,6 @@ fn data_reply() -> impl Strategy<Value = Reply> {
         (vec(bytes(20), 0..10), any::<bool>()).prop_map(|(keys, more)| Reply::Keys { keys, more }),
         (any::<bool>(), any::<u64>())
             .prop_map(|(applied, version)| Reply::Cond { applied, version }),
-        bytes(300).prop_map(Reply::Data),
         (1u16..12, "[a-zé]{0,40}").prop_map(|(c, m)| Reply::error(ErrorCode::from_u16(c), m)),
     ]
 }
@@ -142,6 +141,7 @@ fn welcome() -> impl Strategy<Value = Reply> {
 fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
     prop_oneof![
         data_reply().prop_map(|r| (r.shape_kind(), r)),
+        bytes(300).prop_map(|d| (MessageType::RegionRead, Reply::Data(d))),
         vec(data_reply(), 0..6).prop_map(|v| (MessageType::Batch, Reply::Batch(v))),
         welcome().prop_map(|w| (MessageType::Login, w)),
         (any::<u8>(), any::<[u8; 16]>()).prop_map(|(a, server_nonce)| (
