@@ -1,0 +1,143 @@
+//! Guards the message mesh under load: with tiny mailboxes (so senders hit
+//! back-pressure constantly), every message sent from every xstream and
+//! from several plain threads runs exactly once, on the xstream it named,
+//! and its answer comes back to the right caller.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use ferrite_xstream::{current, Mesh, TaskClass, XstreamConfig, XstreamId, XstreamSet};
+
+const PER_PAIR: usize = 400;
+const FOREIGN_THREADS: usize = 3;
+const PER_THREAD: usize = 600;
+
+fn echo(
+    mesh: &Mesh,
+    to: XstreamId,
+    value: usize,
+    hits: Arc<Vec<AtomicUsize>>,
+) -> impl std::future::Future<Output = ferrite_xstream::Result<(usize, XstreamId)>> {
+    mesh.run_on(to, TaskClass::Foreground, move || async move {
+        let here = current().unwrap_or(XstreamId(usize::MAX));
+        if let Some(h) = hits.get(here.0) {
+            h.fetch_add(1, Ordering::SeqCst);
+        }
+        (value * 2, here)
+    })
+}
+
+#[test]
+fn every_message_runs_once_on_its_destination_under_back_pressure() {
+    let set = XstreamSet::start(XstreamConfig::default().with_mailbox_capacity(4)).unwrap();
+    let n = set.len();
+    let hits: Arc<Vec<AtomicUsize>> = Arc::new((0..n).map(|_| AtomicUsize::new(0)).collect());
+    let mesh = set.mesh().clone();
+    // From every xstream to every xstream (itself included), concurrently.
+    let senders: Vec<_> = set
+        .ids()
+        .map(|from| {
+            let (mesh2, hits) = (mesh.clone(), hits.clone());
+            mesh.run_on(from, TaskClass::Foreground, move || async move {
+                let mut calls = Vec::new();
+                for to in 0..mesh2.len() {
+                    for k in 0..PER_PAIR {
+                        let value = (from.0 * 1_000_000) + to * 10_000 + k;
+                        calls.push((value, to, echo(&mesh2, XstreamId(to), value, hits.clone())));
+                    }
+                }
+                let mut bad = 0;
+                let (expect, futs): (Vec<_>, Vec<_>) =
+                    calls.into_iter().map(|(v, to, f)| ((v, to), f)).unzip();
+                for ((v, to), got) in expect
+                    .into_iter()
+                    .zip(futures::future::join_all(futs).await)
+                {
+                    if !matches!(got, Ok((d, here)) if d == v * 2 && here == XstreamId(to)) {
+                        bad += 1;
+                    }
+                }
+                bad
+            })
+        })
+        .collect();
+    // Meanwhile, plain threads send too.
+    let threads: Vec<_> = (0..FOREIGN_THREADS)
+        .map(|t| {
+            let (mesh, hits) = (mesh.clone(), hits.clone());
+            std::thread::spawn(move || {
+                let futs: Vec<_> = (0..PER_THREAD)
+                    .map(|k| {
+                        let to = XstreamId((t + k) % mesh.len());
+                        (to, k, echo(&mesh, to, k, hits.clone()))
+                    })
+                    .collect();
+                let mut bad = 0;
+                for (to, k, fut) in futs {
+                    if !matches!(common::block_on(fut), Ok((d, here)) if d == k * 2 && here == to) {
+                        bad += 1;
+                    }
+                }
+                bad
+            })
+        })
+        .collect();
+    let xstream_bad: Vec<usize> = common::block_on(futures::future::join_all(senders))
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(
+        xstream_bad.iter().all(|&b| b == 0),
+        "wrong answers from xstream senders: {xstream_bad:?}"
+    );
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 0, "wrong answers to a plain thread");
+    }
+    let total: usize = hits.iter().map(|h| h.load(Ordering::SeqCst)).sum();
+    assert_eq!(total, n * n * PER_PAIR + FOREIGN_THREADS * PER_THREAD);
+    for (i, h) in hits.iter().enumerate() {
+        let from_threads = (0..FOREIGN_THREADS)
+            .map(|t| (0..PER_THREAD).filter(|k| (t + k) % n == i).count())
+            .sum::<usize>();
+        assert_eq!(
+            h.load(Ordering::SeqCst),
+            n * PER_PAIR + from_threads,
+            "xstream {i}"
+        );
+    }
+    set.shutdown().unwrap();
+}
+
+#[test]
+fn fire_and_forget_sends_all_arrive() {
+    let set = XstreamSet::start(XstreamConfig::default().with_mailbox_capacity(2)).unwrap();
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mesh = set.mesh().clone();
+    const SENDS: usize = 2000;
+    for i in 0..SENDS {
+        let c = counter.clone();
+        common::block_on(mesh.send(
+            XstreamId(i % mesh.len()),
+            TaskClass::Background,
+            move || async move {
+                c.fetch_add(1, Ordering::SeqCst);
+            },
+        ))
+        .unwrap();
+    }
+    // A round trip through every xstream's queues after the sends.
+    for xs in set.ids() {
+        for class in TaskClass::ALL {
+            common::block_on(mesh.run_on(xs, class, || async {})).unwrap();
+        }
+    }
+    for _ in 0..5000 {
+        if counter.load(Ordering::SeqCst) == SENDS {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), SENDS);
+}
