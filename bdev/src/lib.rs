@@ -24,13 +24,16 @@
 pub mod buf;
 pub mod error;
 pub mod malloc;
+mod mem;
+pub mod pmem;
 pub mod spec;
+pub mod uring;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-pub use buf::IoBuf;
+pub use buf::{BufPool, IoBuf};
 pub use error::{BdevError, Result};
 pub use spec::{open, BdevSpec};
 
@@ -66,6 +69,11 @@ pub trait Bdev: Send + Sync + 'static {
     /// A channel for the calling xstream. Channels are `!Send`: create one
     /// on each xstream that does I/O.
     fn channel(&self) -> Result<Box<dyn Channel>>;
+    /// The memory-mapped device behind this one, for zero-copy access
+    /// ([`pmem::PmemBdev::slice`]); `None` for every other backend.
+    fn as_pmem(&self) -> Option<&pmem::PmemBdev> {
+        None
+    }
 }
 
 /// Shared handle to an open device.

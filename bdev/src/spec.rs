@@ -3,8 +3,11 @@
 //! `spdk:<bdev name>`.
 
 use crate::malloc::{MallocBdev, MALLOC_BLOCK_SIZE};
+use crate::pmem::PmemBdev;
+use crate::uring::{UringBdev, UringOptions};
 use crate::{BdevError, BdevRef, Result};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 /// A parsed spec.
@@ -60,6 +63,95 @@ pub fn parse_size(s: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
+/// Reads the options of a spec: each key at most once, unknown keys refused.
+struct Options<'a> {
+    spec: &'a str,
+    parsed: &'a BdevSpec,
+    known: &'static [&'static str],
+}
+
+impl Options<'_> {
+    fn bad(&self, reason: String) -> BdevError {
+        BdevError::BadSpec {
+            spec: self.spec.to_string(),
+            reason,
+        }
+    }
+    fn check_known(&self) -> Result<()> {
+        match self
+            .parsed
+            .options
+            .keys()
+            .find(|k| !self.known.contains(&k.as_str()))
+        {
+            Some(k) => Err(self.bad(format!(
+                "unknown option {k:?} for {} (known: {})",
+                self.parsed.backend,
+                self.known.join(", ")
+            ))),
+            None => Ok(()),
+        }
+    }
+    fn size(&self, key: &str) -> Result<Option<u64>> {
+        match self.parsed.options.get(key) {
+            None => Ok(None),
+            Some(v) => parse_size(v)
+                .map(Some)
+                .ok_or_else(|| self.bad(format!("bad {key}={v:?}: expected e.g. 4096, 64K, 8G"))),
+        }
+    }
+    fn flag(&self, key: &str, default: bool) -> Result<bool> {
+        match self.parsed.options.get(key).map(String::as_str) {
+            None => Ok(default),
+            Some("1" | "true") => Ok(true),
+            Some("0" | "false") => Ok(false),
+            Some(v) => Err(self.bad(format!("bad {key}={v:?}: expected 0 or 1"))),
+        }
+    }
+}
+
+fn open_uring(spec: &str, parsed: &BdevSpec) -> Result<BdevRef> {
+    let o = Options {
+        spec,
+        parsed,
+        known: &["size", "direct", "sqpoll", "qd", "fixed", "buf"],
+    };
+    o.check_known()?;
+    let d = UringOptions::default();
+    let qd = o.size("qd")?.map_or(Ok(d.queue_depth), |q| {
+        u32::try_from(q).map_err(|_| o.bad(format!("qd={q} is too large")))
+    })?;
+    let opts = UringOptions {
+        size: o.size("size")?,
+        direct: o.flag("direct", d.direct)?,
+        sqpoll: o.flag("sqpoll", d.sqpoll)?,
+        queue_depth: qd,
+        fixed: o.flag("fixed", d.fixed)?,
+        buf_size: o.size("buf")?.map_or(d.buf_size, |b| b as usize),
+    };
+    Ok(Arc::new(UringBdev::open(
+        spec,
+        Path::new(&parsed.target),
+        &opts,
+    )?))
+}
+
+fn open_pmem(spec: &str, parsed: &BdevSpec) -> Result<BdevRef> {
+    let o = Options {
+        spec,
+        parsed,
+        known: &["size", "populate"],
+    };
+    o.check_known()?;
+    let dev = PmemBdev::open(
+        spec,
+        Path::new(&parsed.target),
+        o.size("size")?,
+        o.flag("populate", true)?,
+    )?;
+    Ok(Arc::new(dev))
+}
+
 /// Opens a device from a spec string.
 pub fn open(spec: &str) -> Result<BdevRef> {
     let parsed = BdevSpec::parse(spec)?;
@@ -71,6 +163,15 @@ pub fn open(spec: &str) -> Result<BdevRef> {
             })?;
             Ok(Arc::new(MallocBdev::new(spec, size, MALLOC_BLOCK_SIZE)?))
         }
+        "uring" => open_uring(spec, &parsed),
+        "pmem" => open_pmem(spec, &parsed),
+        #[cfg(feature = "spdk")]
+        "spdk" => Ok(Arc::new(crate::spdk::SpdkBdev::open(&parsed.target)?)),
+        #[cfg(not(feature = "spdk"))]
+        "spdk" => Err(BdevError::BadSpec {
+            spec: spec.to_string(),
+            reason: "this build has no SPDK support (cargo feature `spdk`)".into(),
+        }),
         other => Err(BdevError::BadSpec {
             spec: spec.to_string(),
             reason: format!("unknown backend {other:?} (known: malloc, uring, pmem, spdk)"),
@@ -106,5 +207,29 @@ mod tests {
         assert!(open("malloc:1000").is_err());
         assert!(open("malloc:1M").is_ok());
         assert!(open("nvme:whatever").is_err());
+    }
+
+    #[test]
+    fn file_specs_give_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let msg = |spec: String| match open(&spec) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{spec} opened"),
+        };
+        assert!(msg(format!("uring:{}", p.display())).contains("does not exist"));
+        assert!(msg(format!("uring:{}?size=1000", p.display())).contains("multiple"));
+        assert!(msg(format!("uring:{}?size=1M&bogus=1", p.display())).contains("unknown option"));
+        assert!(msg(format!("uring:{}?size=1M&direct=2", p.display())).contains("direct"));
+        assert!(msg(format!("pmem:{}?size=12345", p.display())).contains("multiple"));
+        let dev = open(&format!("uring:{}?size=1M", p.display())).unwrap();
+        assert_eq!(dev.size_bytes(), 1 << 20);
+        // The file now exists: it reopens without size, also as pmem.
+        assert_eq!(
+            open(&format!("pmem:{}", p.display()))
+                .unwrap()
+                .block_count(),
+            256
+        );
     }
 }

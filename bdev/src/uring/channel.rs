@@ -1,0 +1,481 @@
+//! The per-xstream channel of a `uring` device and its operation future.
+
+use super::ring::{Payload, RingState};
+use super::UringOptions;
+use crate::{check_range, BdevError, BufPool, Channel, IoBuf, IoFuture, Result};
+use io_uring::{opcode, squeue, types, IoUring};
+use std::cell::RefCell;
+use std::future::Future;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// How long dropping a channel waits for the kernel to finish its I/O.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest chunk of zeros written when fallocate is not supported.
+const ZERO_CHUNK: u64 = 1 << 20;
+
+pub(super) struct UringChannel {
+    name: Arc<str>,
+    state: RefCell<RingState>,
+    raw_fd: RawFd,
+    fixed_file: bool,
+    fixed_bufs: bool,
+    pool: Option<BufPool>,
+    block_size: u32,
+    size_bytes: u64,
+    queue_depth: usize,
+    /// Keeps the descriptor open while the ring uses it.
+    _file: Arc<std::fs::File>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Read,
+    Write,
+    Flush,
+    Fallocate {
+        len: u64,
+        mode: i32,
+        name: &'static str,
+    },
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+            Op::Fallocate { name, .. } => name,
+        }
+    }
+}
+
+fn build_ring(name: &str, opts: &UringOptions) -> Result<IoUring> {
+    let mut b = IoUring::builder();
+    if opts.sqpoll {
+        b.setup_sqpoll(1000);
+    }
+    b.build(opts.queue_depth.next_power_of_two())
+        .map_err(|e| BdevError::Io {
+            device: name.to_string(),
+            op: "io_uring_setup",
+            offset: 0,
+            source: e,
+        })
+}
+
+impl UringChannel {
+    pub(super) fn new(
+        name: Arc<str>,
+        file: Arc<std::fs::File>,
+        block_size: u32,
+        size_bytes: u64,
+        opts: &UringOptions,
+    ) -> Result<Self> {
+        let ring = build_ring(&name, opts)?;
+        let queue_depth = opts.queue_depth as usize;
+        let pool = BufPool::new(opts.buf_size, queue_depth);
+        let raw_fd = file.as_raw_fd();
+        let mut fixed_file = false;
+        let mut fixed_bufs = false;
+        if opts.fixed {
+            fixed_file = ring.submitter().register_files(&[raw_fd]).is_ok();
+            if let Some(p) = &pool {
+                let (base, len) = p.slab();
+                let iov = libc::iovec {
+                    iov_base: base.cast(),
+                    iov_len: len,
+                };
+                // SAFETY: the slab stays allocated while the ring lives:
+                // `pool` is dropped after `state` (field order) and every
+                // buffer holds the slab too. Refusal (RLIMIT_MEMLOCK) is fine.
+                fixed_bufs = unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok();
+            }
+        }
+        Ok(Self {
+            name,
+            state: RefCell::new(RingState::new(ring, queue_depth)),
+            raw_fd,
+            fixed_file,
+            fixed_bufs,
+            pool,
+            block_size,
+            size_bytes,
+            queue_depth,
+            _file: file,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    fn check(&self, op: &'static str, offset: u64, len: u64) -> Result<()> {
+        check_range(
+            &self.name,
+            op,
+            self.block_size,
+            self.size_bytes,
+            offset,
+            len,
+        )?;
+        if len > u64::from(u32::MAX) && op != "write_zeroes" && op != "unmap" {
+            return Err(BdevError::Other {
+                device: self.name.to_string(),
+                reason: format!("{op} of {len} bytes is larger than one I/O may be"),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_bufs(&self, bufs: &[&IoBuf]) -> Result<()> {
+        for b in bufs {
+            if b.as_ptr() as usize % self.block_size as usize != 0 {
+                return Err(BdevError::BufferMisaligned {
+                    device: self.name.to_string(),
+                    addr: b.as_ptr() as usize,
+                    len: b.len(),
+                    align: self.block_size as usize,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the entry of `op` at `offset` on `payload` (iovecs of a
+    /// vectored op go into the slot's storage).
+    fn entry(
+        &self,
+        state: &mut RingState,
+        slot: u32,
+        op: Op,
+        offset: u64,
+        payload: &mut Payload,
+    ) -> squeue::Entry {
+        macro_rules! on_fd {
+            (|$fd:ident| $body:expr) => {
+                if self.fixed_file {
+                    let $fd = types::Fixed(0);
+                    $body
+                } else {
+                    let $fd = types::Fd(self.raw_fd);
+                    $body
+                }
+            };
+        }
+        match (op, payload) {
+            (Op::Read, Payload::One(b)) => {
+                let (ptr, len) = (b.as_mut_ptr(), b.len() as u32);
+                if self.fixed_bufs && self.pool.as_ref().is_some_and(|p| p.contains(ptr)) {
+                    on_fd!(|fd| opcode::ReadFixed::new(fd, ptr, len, 0)
+                        .offset(offset)
+                        .build())
+                } else {
+                    on_fd!(|fd| opcode::Read::new(fd, ptr, len).offset(offset).build())
+                }
+            }
+            (Op::Write, Payload::One(b)) => {
+                let (ptr, len) = (b.as_ptr(), b.len() as u32);
+                if self.fixed_bufs && self.pool.as_ref().is_some_and(|p| p.contains(ptr)) {
+                    on_fd!(|fd| opcode::WriteFixed::new(fd, ptr, len, 0)
+                        .offset(offset)
+                        .build())
+                } else {
+                    on_fd!(|fd| opcode::Write::new(fd, ptr, len).offset(offset).build())
+                }
+            }
+            (Op::Read | Op::Write, Payload::Many(bufs)) => {
+                let iov = state.iovecs(slot);
+                iov.clear();
+                iov.extend(bufs.iter_mut().map(|b| libc::iovec {
+                    iov_base: b.as_mut_ptr().cast(),
+                    iov_len: b.len(),
+                }));
+                let (ptr, n) = (iov.as_ptr(), iov.len() as u32);
+                if matches!(op, Op::Read) {
+                    on_fd!(|fd| opcode::Readv::new(fd, ptr, n).offset(offset).build())
+                } else {
+                    on_fd!(|fd| opcode::Writev::new(fd, ptr, n).offset(offset).build())
+                }
+            }
+            (Op::Fallocate { len, mode, .. }, _) => {
+                on_fd!(|fd| opcode::Fallocate::new(fd, len)
+                    .offset(offset)
+                    .mode(mode)
+                    .build())
+            }
+            (_, _) => on_fd!(|fd| opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build()),
+        }
+    }
+
+    fn submit(&self, op: Op, offset: u64, payload: Payload) -> UringOp<'_> {
+        UringOp {
+            channel: self,
+            stage: Stage::Ready {
+                op,
+                offset,
+                payload,
+            },
+            expected: 0,
+        }
+    }
+
+    fn io_error(&self, op: Op, offset: u64, source: std::io::Error) -> BdevError {
+        BdevError::Io {
+            device: self.name.to_string(),
+            op: op.name(),
+            offset,
+            source,
+        }
+    }
+
+    async fn fallocate(&self, name: &'static str, offset: u64, len: u64, mode: i32) -> Result<()> {
+        self.check(name, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let op = Op::Fallocate { len, mode, name };
+        self.submit(op, offset, Payload::None).await.map(|_| ())
+    }
+
+    async fn write_zeroes_impl(&self, offset: u64, len: u64) -> Result<()> {
+        let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        match self.fallocate("write_zeroes", offset, len, mode).await {
+            Err(BdevError::Io { source, .. })
+                if source.raw_os_error() == Some(libc::EOPNOTSUPP) =>
+            {
+                let mut pos = offset;
+                while pos < offset + len {
+                    let n = ZERO_CHUNK.min(offset + len - pos);
+                    let buf = IoBuf::new(n as usize);
+                    self.submit(Op::Write, pos, Payload::One(buf)).await?;
+                    pos += n;
+                }
+                Ok(())
+            }
+            r => r,
+        }
+    }
+}
+
+enum Stage {
+    Ready {
+        op: Op,
+        offset: u64,
+        payload: Payload,
+    },
+    InFlight {
+        op: Op,
+        offset: u64,
+        slot: u32,
+    },
+    Done,
+}
+
+/// One operation on the ring; resolves to its payload.
+struct UringOp<'a> {
+    channel: &'a UringChannel,
+    stage: Stage,
+    /// Bytes a read or write must move.
+    expected: usize,
+}
+
+impl UringOp<'_> {
+    fn poll_ready(&mut self, state: &mut RingState, cx: &mut Context<'_>) -> Poll<Result<Payload>> {
+        let Stage::Ready { op, offset, .. } = self.stage else {
+            return Poll::Pending;
+        };
+        state.reap();
+        let Some(slot) = state.take_slot(cx.waker()) else {
+            return Poll::Pending;
+        };
+        let Stage::Ready { mut payload, .. } = std::mem::replace(&mut self.stage, Stage::Done)
+        else {
+            return Poll::Pending;
+        };
+        self.expected = match &payload {
+            Payload::One(b) => b.len(),
+            Payload::Many(v) => v.iter().map(IoBuf::len).sum(),
+            Payload::None => 0,
+        };
+        let entry = self.channel.entry(state, slot, op, offset, &mut payload);
+        if let Err(e) = state.push(slot, entry, payload) {
+            state.broken = Some(e.to_string());
+            return Poll::Ready(Err(self.channel.io_error(op, offset, e)));
+        }
+        self.stage = Stage::InFlight { op, offset, slot };
+        Poll::Pending
+    }
+
+    fn finish(&self, op: Op, offset: u64, result: i32, payload: Payload) -> Result<Payload> {
+        if result < 0 {
+            let e = std::io::Error::from_raw_os_error(-result);
+            return Err(self.channel.io_error(op, offset, e));
+        }
+        if matches!(op, Op::Read | Op::Write) && result as usize != self.expected {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("short {}: {result} of {} bytes", op.name(), self.expected),
+            );
+            return Err(self.channel.io_error(op, offset, e));
+        }
+        Ok(payload)
+    }
+}
+
+impl Future for UringOp<'_> {
+    type Output = Result<Payload>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let channel = this.channel;
+        let mut state = channel.state.borrow_mut();
+        if let Some(reason) = &state.broken {
+            return Poll::Ready(Err(BdevError::Other {
+                device: channel.name.to_string(),
+                reason: format!("ring failed earlier: {reason}"),
+            }));
+        }
+        if matches!(this.stage, Stage::Ready { .. }) {
+            if let Poll::Ready(r) = this.poll_ready(&mut state, cx) {
+                return Poll::Ready(r);
+            }
+        }
+        let Stage::InFlight { op, offset, slot } = this.stage else {
+            return Poll::Pending;
+        };
+        if let Err(e) = state.submit_if_pending() {
+            state.broken = Some(e.to_string());
+            return Poll::Ready(Err(channel.io_error(op, offset, e)));
+        }
+        state.reap();
+        match state.take_result(slot) {
+            Some((result, payload)) => {
+                this.stage = Stage::Done;
+                Poll::Ready(this.finish(op, offset, result, payload))
+            }
+            None => {
+                state.park(slot, cx.waker());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for UringOp<'_> {
+    fn drop(&mut self) {
+        if let Stage::InFlight { slot, .. } = self.stage {
+            if let Ok(mut state) = self.channel.state.try_borrow_mut() {
+                state.orphan(slot);
+            }
+        }
+    }
+}
+
+impl Drop for UringChannel {
+    fn drop(&mut self) {
+        let state = self.state.get_mut();
+        if !state.drain_blocking(DRAIN_LIMIT) {
+            // The kernel may still write into these buffers: never free them.
+            state.leak_in_flight();
+        }
+    }
+}
+
+fn payload_lost() -> BdevError {
+    BdevError::Other {
+        device: "uring".into(),
+        reason: "internal: an operation came back without its buffers".into(),
+    }
+}
+
+fn one(r: Result<Payload>) -> Result<IoBuf> {
+    match r? {
+        Payload::One(b) => Ok(b),
+        _ => Err(payload_lost()),
+    }
+}
+
+fn many(r: Result<Payload>) -> Result<Vec<IoBuf>> {
+    match r? {
+        Payload::Many(v) => Ok(v),
+        _ => Err(payload_lost()),
+    }
+}
+
+impl Channel for UringChannel {
+    fn block_size(&self) -> u32 {
+        self.block_size
+    }
+    fn alloc(&self, len: usize) -> Result<IoBuf> {
+        if len == 0 || len % self.block_size as usize != 0 {
+            return Err(BdevError::Misaligned {
+                device: self.name.to_string(),
+                op: "alloc",
+                offset: 0,
+                len: len as u64,
+                block_size: self.block_size,
+            });
+        }
+        Ok(self
+            .pool
+            .as_ref()
+            .and_then(|p| p.alloc(len))
+            .unwrap_or_else(|| IoBuf::new(len)))
+    }
+    fn read(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
+        Box::pin(async move {
+            self.check("read", offset, buf.len() as u64)?;
+            self.check_bufs(&[&buf])?;
+            one(self.submit(Op::Read, offset, Payload::One(buf)).await)
+        })
+    }
+    fn write(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
+        Box::pin(async move {
+            self.check("write", offset, buf.len() as u64)?;
+            self.check_bufs(&[&buf])?;
+            one(self.submit(Op::Write, offset, Payload::One(buf)).await)
+        })
+    }
+    fn readv(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>> {
+        Box::pin(async move {
+            let total: usize = bufs.iter().map(IoBuf::len).sum();
+            self.check("read", offset, total as u64)?;
+            self.check_bufs(&bufs.iter().collect::<Vec<_>>())?;
+            if bufs.is_empty() {
+                return Ok(bufs);
+            }
+            many(self.submit(Op::Read, offset, Payload::Many(bufs)).await)
+        })
+    }
+    fn writev(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>> {
+        Box::pin(async move {
+            let total: usize = bufs.iter().map(IoBuf::len).sum();
+            self.check("write", offset, total as u64)?;
+            self.check_bufs(&bufs.iter().collect::<Vec<_>>())?;
+            if bufs.is_empty() {
+                return Ok(bufs);
+            }
+            many(self.submit(Op::Write, offset, Payload::Many(bufs)).await)
+        })
+    }
+    fn flush(&self) -> IoFuture<'_, ()> {
+        Box::pin(async move { self.submit(Op::Flush, 0, Payload::None).await.map(|_| ()) })
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()> {
+        Box::pin(self.write_zeroes_impl(offset, len))
+    }
+    fn unmap(&self, offset: u64, len: u64) -> IoFuture<'_, ()> {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        Box::pin(self.fallocate("unmap", offset, len, mode))
+    }
+    fn in_flight(&self) -> usize {
+        self.state.borrow().in_flight()
+    }
+    fn queue_depth(&self) -> usize {
+        self.queue_depth
+    }
+}

@@ -1,0 +1,252 @@
+//! One io_uring per channel, driven from the xstream without blocking it.
+//!
+//! An operation future pushes its entry on first poll (or waits for a free
+//! slot: back-pressure at the queue depth) and is then completed by reaping
+//! the completion queue, which costs a load when nothing is there. Of the
+//! futures in flight exactly one, the *poller*, re-schedules itself after
+//! each look (it yields to the executor between polls); the others sleep
+//! until the poller reaps their completion and wakes them. Entries pushed in
+//! one executor turn are submitted together on the next poll. With nothing
+//! in flight no task is scheduled, so an idle channel costs no CPU.
+//!
+//! The buffers of an operation live in its slot until the kernel is done,
+//! even if the future is dropped first (the slot is then *orphaned* and
+//! freed when its completion arrives).
+
+use crate::IoBuf;
+use io_uring::{squeue, IoUring};
+use std::collections::VecDeque;
+use std::task::Waker;
+
+/// What an operation owns while the kernel works on it.
+#[derive(Debug)]
+pub(super) enum Payload {
+    None,
+    One(IoBuf),
+    Many(Vec<IoBuf>),
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    busy: bool,
+    orphaned: bool,
+    result: Option<i32>,
+    waker: Option<Waker>,
+    payload: Option<Payload>,
+    /// iovecs of a readv/writev; the kernel reads them at submission.
+    iovecs: Vec<libc::iovec>,
+}
+
+pub(super) struct RingState {
+    ring: IoUring,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Futures waiting for a free slot.
+    waiters: VecDeque<Waker>,
+    /// Slot whose future re-schedules itself to poll the ring.
+    poller: Option<u32>,
+    /// Entries pushed and not yet submitted.
+    pending_submit: bool,
+    /// Set after the ring itself failed; every later op fails with it.
+    pub(super) broken: Option<String>,
+}
+
+impl RingState {
+    pub(super) fn new(ring: IoUring, queue_depth: usize) -> Self {
+        Self {
+            ring,
+            slots: (0..queue_depth).map(|_| Slot::default()).collect(),
+            free: (0..queue_depth as u32).rev().collect(),
+            waiters: VecDeque::new(),
+            poller: None,
+            pending_submit: false,
+            broken: None,
+        }
+    }
+
+    pub(super) fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Takes a free slot, or queues `waker` and returns `None`.
+    pub(super) fn take_slot(&mut self, waker: &Waker) -> Option<u32> {
+        match self.free.pop() {
+            Some(s) => {
+                let slot = &mut self.slots[s as usize];
+                slot.busy = true;
+                slot.result = None;
+                Some(s)
+            }
+            None => {
+                self.waiters.push_back(waker.clone());
+                None
+            }
+        }
+    }
+
+    /// iovec storage of a slot, for a vectored entry.
+    pub(super) fn iovecs(&mut self, slot: u32) -> &mut Vec<libc::iovec> {
+        &mut self.slots[slot as usize].iovecs
+    }
+
+    /// Pushes `entry` for `slot`, holding `payload` until completion.
+    pub(super) fn push(
+        &mut self,
+        slot: u32,
+        entry: squeue::Entry,
+        payload: Payload,
+    ) -> std::io::Result<()> {
+        let entry = entry.user_data(u64::from(slot));
+        // SAFETY: every pointer in `entry` points into `payload` (kept in
+        // the slot until the completion) or the slot's iovecs.
+        let pushed = unsafe { self.ring.submission().push(&entry) };
+        if pushed.is_err() {
+            self.submit()?;
+            // SAFETY: as above.
+            unsafe { self.ring.submission().push(&entry) }
+                .map_err(|_| std::io::Error::other("submission queue full after submit"))?;
+        }
+        self.slots[slot as usize].payload = Some(payload);
+        self.pending_submit = true;
+        Ok(())
+    }
+
+    /// Submits pushed entries (one syscall for all of them).
+    pub(super) fn submit(&mut self) -> std::io::Result<()> {
+        match self.ring.submit() {
+            Ok(_) => {
+                self.pending_submit = false;
+                Ok(())
+            }
+            // Completion queue busy: reap, then try again on the next poll.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) fn submit_if_pending(&mut self) -> std::io::Result<()> {
+        if self.pending_submit {
+            self.submit()?;
+        }
+        Ok(())
+    }
+
+    /// Moves every completion into its slot and wakes its future.
+    pub(super) fn reap(&mut self) {
+        let mut done: [(u64, i32); 64] = [(0, 0); 64];
+        loop {
+            let mut n = 0;
+            for cqe in self.ring.completion().take(done.len()) {
+                done[n] = (cqe.user_data(), cqe.result());
+                n += 1;
+            }
+            for &(user_data, result) in &done[..n] {
+                self.complete(user_data as usize, result);
+            }
+            if n < done.len() {
+                return;
+            }
+        }
+    }
+
+    fn complete(&mut self, slot: usize, result: i32) {
+        let Some(s) = self.slots.get_mut(slot) else {
+            return;
+        };
+        if s.orphaned {
+            s.orphaned = false;
+            s.payload = None;
+            self.release(slot as u32);
+            return;
+        }
+        s.result = Some(result);
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// The result of `slot` and its payload, if complete; frees the slot.
+    pub(super) fn take_result(&mut self, slot: u32) -> Option<(i32, Payload)> {
+        let s = &mut self.slots[slot as usize];
+        let result = s.result.take()?;
+        let payload = s.payload.take().unwrap_or(Payload::None);
+        s.waker = None;
+        self.release(slot);
+        Some((result, payload))
+    }
+
+    fn release(&mut self, slot: u32) {
+        self.slots[slot as usize].busy = false;
+        self.free.push(slot);
+        if self.poller == Some(slot) {
+            self.poller = None;
+            self.hand_over_polling();
+        }
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Wakes one sleeping in-flight future so that it becomes the poller.
+    fn hand_over_polling(&mut self) {
+        if let Some(w) = self.slots.iter_mut().find_map(|s| s.waker.take()) {
+            w.wake();
+        }
+    }
+
+    /// Parks the future of `slot` until its completion; if no one polls the
+    /// ring, this future becomes the poller and re-schedules itself.
+    pub(super) fn park(&mut self, slot: u32, waker: &Waker) {
+        match self.poller {
+            None => self.poller = Some(slot),
+            Some(p) if p == slot => {}
+            Some(_) => {
+                self.slots[slot as usize].waker = Some(waker.clone());
+                return;
+            }
+        }
+        waker.wake_by_ref();
+    }
+
+    /// The future of `slot` was dropped before completion.
+    pub(super) fn orphan(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if s.result.is_some() {
+            s.payload = None;
+            s.result = None;
+            self.release(slot);
+        } else if s.busy {
+            s.orphaned = true;
+            s.waker = None;
+            if self.poller == Some(slot) {
+                self.poller = None;
+                self.hand_over_polling();
+            }
+        }
+    }
+
+    /// Waits (blocking) for every in-flight entry, at most `limit`; returns
+    /// whether all completed. Used when the channel is dropped.
+    pub(super) fn drain_blocking(&mut self, limit: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while self.slots.iter().any(|s| s.busy) && start.elapsed() < limit {
+            let _ = self.ring.submit_and_wait(1);
+            self.reap();
+            for slot in 0..self.slots.len() as u32 {
+                if self.slots[slot as usize].result.is_some() {
+                    self.orphan(slot);
+                }
+            }
+        }
+        !self.slots.iter().any(|s| s.busy)
+    }
+
+    /// Forgets the payloads of entries the kernel may still use.
+    pub(super) fn leak_in_flight(&mut self) {
+        for s in &mut self.slots {
+            if s.busy {
+                std::mem::forget(s.payload.take());
+            }
+        }
+    }
+}
