@@ -1,1 +1,2 @@
 //! Ferrite client library.
+pub mod io500;

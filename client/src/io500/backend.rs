@@ -1,0 +1,124 @@
+//! The storage backend the IO500 runner drives, and what each call must guarantee.
+//!
+//! The runner only ever talks to storage through [`Io500Backend`]. The trait is shaped like a
+//! DAOS DFS namespace (`dfs_mkdir`, `dfs_open`, `dfs_write`/`dfs_read` at an offset,
+//! `dfs_release`, `dfs_stat`, `dfs_remove`, `dfs_readdir`) so that a namespace built on
+//! engine objects implements it without a POSIX layer in between, and so that the same phases
+//! run unchanged on a local file system through [`crate::io500::posix::PosixBackend`].
+//!
+//! # Paths
+//! Every path the runner passes is *relative to the backend's root*, uses `/` as separator,
+//! has no leading or trailing `/`, no empty component, and no `.` or `..`. The parent of a
+//! path given to [`Io500Backend::mkdir`] or [`Io500Backend::create`] was made earlier by
+//! `mkdir` through the same backend value, so a backend may cache directory lookups for the
+//! life of the value. The runner never renames and never uses a directory deeper than three
+//! components.
+//!
+//! # Concurrency
+//! One backend value is shared by every client task (one thread each, `Send + Sync`). Calls
+//! may come from all tasks at once. A [`Io500Backend::File`] handle may also be shared:
+//! ior-hard creates one handle and all tasks call `write_at` on it concurrently at disjoint
+//! ranges; every such write must land.
+//!
+//! # Errors
+//! Methods return [`std::io::Result`] so any namespace can map its own errors onto the usual
+//! kinds: `NotFound`, `AlreadyExists`, `DirectoryNotEmpty`, `InvalidInput`, or `Other` with
+//! its own error as source. The runner adds the phase, operation and path as context.
+
+use std::io;
+use std::time::SystemTime;
+
+/// What a directory entry or a stat result is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Directory,
+    /// Anything else (symlink, device...). The runner never creates one.
+    Other,
+}
+
+/// What [`Io500Backend::stat`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStat {
+    /// File or directory.
+    pub kind: EntryKind,
+    /// Size in bytes: the end of the highest byte written for a file.
+    pub size_bytes: u64,
+    /// Last modification time. A file created after another file was closed must have an
+    /// `mtime` no earlier than that file's (the find phase relies on it).
+    pub mtime: SystemTime,
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The entry's name (one path component).
+    pub name: String,
+    /// File or directory.
+    pub kind: EntryKind,
+    /// The entry's stat, if the backend gets it for free with the listing (a namespace whose
+    /// directory entries carry size and times). When `None`, the find phase calls
+    /// [`Io500Backend::stat`] itself.
+    pub stat: Option<FileStat>,
+}
+
+/// A storage namespace the IO500 phases run against.
+///
+/// Contracts every implementation keeps (the runner's checks fail otherwise):
+/// - After `write_at(f, o, d)` returned and `f` was closed, a fresh `open` + `read_at` of the
+///   same range from any task returns `d` (the IO500 rule: written and closed by one client,
+///   read back by another).
+/// - Space never written inside a file's size reads as zeros.
+/// - `create` on an existing name fails with `AlreadyExists`; `rmdir` of a non-empty
+///   directory fails with `DirectoryNotEmpty` and changes nothing.
+/// - `readdir` reports every entry present when it started and not removed while it ran,
+///   exactly once, and never `.` or `..`.
+pub trait Io500Backend: Send + Sync {
+    /// An open file. May be used by several tasks at once (see the module guide).
+    type File: Send + Sync;
+
+    /// A short description for reports, e.g. `posix:/mnt/ext4 (ext4)`.
+    fn describe(&self) -> String;
+
+    /// Makes directory `path`. Its parent exists; `path` does not.
+    fn mkdir(&self, path: &str) -> io::Result<()>;
+
+    /// Removes the empty directory `path`.
+    fn rmdir(&self, path: &str) -> io::Result<()>;
+
+    /// Creates the file `path` (which must not exist) and opens it for writing and reading.
+    fn create(&self, path: &str) -> io::Result<Self::File>;
+
+    /// Opens the existing file `path` for reading.
+    fn open(&self, path: &str) -> io::Result<Self::File>;
+
+    /// Writes all of `data` at byte `offset` of the file, growing it as needed.
+    fn write_at(&self, file: &Self::File, offset: u64, data: &[u8]) -> io::Result<()>;
+
+    /// Reads into `buf` from byte `offset`, filling it completely unless the file ends first.
+    /// Returns how many bytes were read (less than `buf.len()` only at end of file).
+    fn read_at(&self, file: &Self::File, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// Makes the file's written data durable (IOR `-e`: fsync before close). Called once per
+    /// file by the ior write phases, never by mdtest.
+    fn sync(&self, file: &Self::File) -> io::Result<()>;
+
+    /// Closes the handle. After it returns, other tasks see everything written through it.
+    fn close(&self, file: Self::File) -> io::Result<()>;
+
+    /// Size, kind and modification time of `path`.
+    fn stat(&self, path: &str) -> io::Result<FileStat>;
+
+    /// Removes the file `path`.
+    fn unlink(&self, path: &str) -> io::Result<()>;
+
+    /// Calls `visit` once per entry of directory `path`, in any order. An error from `visit`
+    /// stops the listing and is returned. A namespace with paged listings pages inside.
+    fn readdir(
+        &self,
+        path: &str,
+        visit: &mut dyn FnMut(DirEntry) -> io::Result<()>,
+    ) -> io::Result<()>;
+}

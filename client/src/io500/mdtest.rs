@@ -1,0 +1,190 @@
+//! The mdtest phases: easy (empty files, a directory per task) and hard (3901-byte files in
+//! one shared directory). Writes run under the stonewall; stat, read and delete phases work
+//! on the neighbour task's files, all of them.
+
+use super::backend::{EntryKind, Io500Backend};
+use super::config::MDTEST_HARD_FILE_BYTES;
+use super::layout::{neighbour, Layout};
+use super::pattern::{file_key, fill, verify_read};
+use super::score::{PhaseResult, Unit};
+use super::tasks::{run_tasks, Goal, Progress, Stonewall};
+use super::{io_context, Ctx, Io500Error};
+
+/// Pattern tag of mdtest-hard files.
+const TAG_HARD: u8 = 3;
+
+/// How many files each task created (equal for all tasks after the wear-out).
+pub(crate) type Files = Vec<u64>;
+
+/// Which of the two mdtest shapes a phase works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Easy,
+    Hard,
+}
+
+impl Shape {
+    fn path(self, layout: &Layout, task: usize, index: u64) -> String {
+        match self {
+            Shape::Easy => layout.mdtest_easy_file(task, index),
+            Shape::Hard => layout.mdtest_hard_file(task, index),
+        }
+    }
+
+    fn file_bytes(self) -> u64 {
+        match self {
+            Shape::Easy => 0,
+            Shape::Hard => MDTEST_HARD_FILE_BYTES as u64,
+        }
+    }
+}
+
+/// mdtest-easy-write and mdtest-hard-write: create (and for hard, write 3901 bytes into)
+/// files until the stonewall.
+pub(crate) fn write<B: Io500Backend>(
+    ctx: &Ctx<B>,
+    shape: Shape,
+) -> Result<(PhaseResult, Files), Io500Error> {
+    let (name, cap) = match shape {
+        Shape::Easy => ("mdtest-easy-write", ctx.config.mdtest_easy_max_files),
+        Shape::Hard => ("mdtest-hard-write", ctx.config.mdtest_hard_max_files),
+    };
+    let config = ctx.config;
+    let progress = ctx.progress(name, Unit::KiloIops, Goal::Stonewall(config.stonewall));
+    let wall = Stonewall::new(config.stonewall, cap, config.tasks);
+    let bytes = shape.file_bytes();
+    let (counts, start) = run_tasks(config.tasks, &progress, |task| {
+        let mut buf = vec![0u8; bytes as usize];
+        let step = |index: u64| {
+            let path = shape.path(ctx.layout, task, index);
+            let file = ctx
+                .backend
+                .create(&path)
+                .map_err(io_context(name, "create", &path))?;
+            if shape == Shape::Hard {
+                fill(
+                    &mut buf,
+                    file_key(config.run_seed, TAG_HARD, task as u32, index),
+                    0,
+                );
+                let written = ctx.backend.write_at(&file, 0, &buf);
+                let closed = ctx.backend.close(file);
+                written.map_err(io_context(name, "write_at", &path))?;
+                closed.map_err(io_context(name, "close", &path))?;
+            } else {
+                ctx.backend
+                    .close(file)
+                    .map_err(io_context(name, "close", &path))?;
+            }
+            progress.add(1, bytes);
+            Ok(())
+        };
+        wall.run(task, step, name)
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let ops: u64 = counts.iter().sum();
+    let result = PhaseResult::rate(name, ops, ops * bytes, seconds, 0);
+    progress.finish(&result);
+    Ok((result, counts))
+}
+
+/// What a follow-up phase does to each of the neighbour's files; returns errors found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Stat and check kind and size.
+    Stat,
+    /// Open, read all 3901 bytes, verify, close (hard only).
+    Read,
+    /// Unlink.
+    Delete,
+}
+
+fn phase_name(shape: Shape, action: Action) -> &'static str {
+    match (shape, action) {
+        (Shape::Easy, Action::Stat) => "mdtest-easy-stat",
+        (Shape::Hard, Action::Stat) => "mdtest-hard-stat",
+        (Shape::Easy, Action::Read) => "mdtest-easy-read",
+        (Shape::Hard, Action::Read) => "mdtest-hard-read",
+        (Shape::Easy, Action::Delete) => "mdtest-easy-delete",
+        (Shape::Hard, Action::Delete) => "mdtest-hard-delete",
+    }
+}
+
+/// One file of a follow-up phase. Returns the verification errors it found.
+fn act_on<B: Io500Backend>(
+    ctx: &Ctx<B>,
+    name: &'static str,
+    shape: Shape,
+    action: Action,
+    (task, index): (usize, u64),
+    buf: &mut [u8],
+) -> Result<u64, Io500Error> {
+    let path = shape.path(ctx.layout, task, index);
+    match action {
+        Action::Stat => {
+            let stat = ctx
+                .backend
+                .stat(&path)
+                .map_err(io_context(name, "stat", &path))?;
+            let wrong_kind = stat.kind != EntryKind::File;
+            let wrong_size = stat.size_bytes != shape.file_bytes();
+            Ok(u64::from(wrong_kind) + u64::from(wrong_size))
+        }
+        Action::Read => {
+            let file = ctx
+                .backend
+                .open(&path)
+                .map_err(io_context(name, "open", &path))?;
+            let got = ctx.backend.read_at(&file, 0, buf);
+            let closed = ctx.backend.close(file);
+            let got = got.map_err(io_context(name, "read_at", &path))?;
+            closed.map_err(io_context(name, "close", &path))?;
+            let key = file_key(ctx.config.run_seed, TAG_HARD, task as u32, index);
+            let expected = shape.file_bytes() as usize;
+            // `buf` is one byte longer than the file: a longer file shows up as an error.
+            let extra = got.saturating_sub(expected) as u64;
+            Ok(verify_read(&buf[..got.min(expected)], expected, key, 0) + extra)
+        }
+        Action::Delete => {
+            ctx.backend
+                .unlink(&path)
+                .map_err(io_context(name, "unlink", &path))?;
+            Ok(0)
+        }
+    }
+}
+
+/// mdtest-*-stat, mdtest-hard-read, mdtest-*-delete: every task handles all of its
+/// neighbour's files.
+pub(crate) fn follow_up<B: Io500Backend>(
+    ctx: &Ctx<B>,
+    shape: Shape,
+    action: Action,
+    created: &Files,
+) -> Result<PhaseResult, Io500Error> {
+    let name = phase_name(shape, action);
+    let config = ctx.config;
+    let total: u64 = created.iter().sum();
+    let progress: Progress = ctx.progress(name, Unit::KiloIops, Goal::Ops(total));
+    let bytes_each = if action == Action::Read {
+        shape.file_bytes()
+    } else {
+        0
+    };
+    let (errors, start) = run_tasks(config.tasks, &progress, |task| {
+        let source = neighbour(task, config.tasks);
+        let count = created.get(source).copied().unwrap_or(0);
+        let mut buf = vec![0u8; shape.file_bytes() as usize + 1];
+        let mut errors = 0u64;
+        for index in 0..count {
+            errors += act_on(ctx, name, shape, action, (source, index), &mut buf)?;
+            progress.add(1, bytes_each);
+        }
+        Ok(errors)
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let errors = errors.iter().sum();
+    let result = PhaseResult::rate(name, total, total * bytes_each, seconds, errors);
+    progress.finish(&result);
+    Ok(result)
+}
