@@ -28,6 +28,7 @@ mod mem;
 pub mod pmem;
 pub mod spec;
 pub mod uring;
+pub mod wrap;
 
 use std::future::Future;
 use std::pin::Pin;
