@@ -1,1 +1,2 @@
 //! Ferrite engine.
+pub mod jobs;

@@ -26,5 +26,6 @@ pub mod key;
 pub mod record;
 pub mod region;
 pub mod rpc;
+pub mod rpc_jobs;
 
 pub use error::FormatError;

@@ -1,0 +1,97 @@
+//! What the manager knows about jobs, for status and listings.
+
+use ferrite_proto::rpc_jobs::{JobPhase, JobSummary, TaskPhase, TaskRow};
+
+use super::{NodeId, ResourceManager, Run};
+
+/// The manager's row for task `idx` of a run.
+pub(super) fn row_of(run: &Run, idx: u32, node_name: &str) -> TaskRow {
+    let i = idx as usize;
+    let info = &run.info[i];
+    let state = run.state[i];
+    let started = !matches!(state, TaskPhase::Pending | TaskPhase::Ready);
+    TaskRow {
+        idx,
+        id: run.graph.id(idx).to_string(),
+        state,
+        node: (started && !node_name.is_empty()).then(|| node_name.to_string()),
+        xstream: started.then_some(info.xstream),
+        attempt: run.attempt[i],
+        ready_ns: (state != TaskPhase::Pending && run.ready_ns[i] != 0).then_some(run.ready_ns[i]),
+        start_ns: info.start_ns,
+        end_ns: info.end_ns,
+        exit_code: info.exit_code,
+        error: info.error.clone(),
+    }
+}
+
+impl ResourceManager {
+    fn node_name(&self, node: Option<NodeId>) -> &str {
+        node.and_then(|n| self.nodes.get(&n))
+            .map(|n| n.name.as_str())
+            .unwrap_or("")
+    }
+
+    /// Every task's row as the manager knows it.
+    pub fn rows(&self, job: u128) -> Option<Vec<TaskRow>> {
+        let run = self.runs.get(&job)?;
+        Some(
+            (0..run.state.len() as u32)
+                .map(|i| row_of(run, i, self.node_name(run.info[i as usize].node)))
+                .collect(),
+        )
+    }
+
+    /// Alive nodes that hold task state objects of `job`.
+    pub fn nodes_of(&self, job: u128) -> Vec<NodeId> {
+        self.runs
+            .get(&job)
+            .map(|r| {
+                r.nodes
+                    .iter()
+                    .copied()
+                    .filter(|n| self.nodes.get(n).is_some_and(|n| n.alive))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn node_label(&self, node: NodeId) -> Option<&str> {
+        self.nodes.get(&node).map(|n| n.name.as_str())
+    }
+
+    /// The job's phase and, if it ended badly, why.
+    pub fn phase(&self, job: u128) -> Option<(JobPhase, Option<String>)> {
+        self.runs.get(&job).map(|r| (r.phase, r.cause.clone()))
+    }
+
+    pub fn graph(&self, job: u128) -> Option<&std::sync::Arc<crate::jobs::spec::JobGraph>> {
+        self.runs.get(&job).map(|r| &r.graph)
+    }
+
+    /// One summary per known job, in id order.
+    pub fn summaries(&self) -> Vec<JobSummary> {
+        let mut out: Vec<_> = self
+            .runs
+            .values()
+            .map(|r| JobSummary {
+                job: r.graph.job,
+                name: r.graph.spec.name.clone(),
+                state: r.phase,
+                tasks: r.state.len() as u32,
+                done: r.done as u32,
+            })
+            .collect();
+        out.sort_by_key(|s| s.job);
+        out
+    }
+
+    /// Free grants over all alive streams (for tests and metrics).
+    pub fn free_grants(&self) -> u32 {
+        self.nodes
+            .values()
+            .filter(|n| n.alive)
+            .flat_map(|n| n.free.iter())
+            .sum()
+    }
+}

@@ -1,0 +1,325 @@
+//! The control thread: owns the resource manager, turns frames into events
+//! and actions into frames.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use ferrite_proto::rpc_jobs::{JobSummary, SpecFormat, ToEngine, ToPeer};
+
+use super::gather::{Gather, Watch};
+use super::recorder::{self, RecordCmd};
+use super::{now_ns, ConnId, Input, JobServiceConfig, Out};
+use crate::jobs::error::JobError;
+use crate::jobs::rm::{Action, Event, NodeId, ResourceManager};
+use crate::jobs::spec::{parse_spec, JobGraph};
+use crate::jobs::state::JobState;
+
+/// Inputs handled before actions are flushed, so grants go out in batches.
+const BATCH_INPUTS: usize = 4096;
+
+pub(super) struct Conn {
+    pub tx: Sender<Out>,
+    pub node: Option<NodeId>,
+}
+
+pub(super) struct Control {
+    pub rm: ResourceManager,
+    pub state_dir: PathBuf,
+    pub conns: HashMap<ConnId, Conn>,
+    pub node_conn: HashMap<NodeId, ConnId>,
+    next_node: NodeId,
+    pub next_query: u64,
+    pub gathers: HashMap<u64, Gather>,
+    pub watchers: HashMap<(ConnId, u128), Watch>,
+    /// Jobs that had ended before this service started: served from their files.
+    pub archived: HashMap<u128, PathBuf>,
+    recorder: Option<Sender<RecordCmd>>,
+    recorder_thread: Option<JoinHandle<()>>,
+    pub dirty: HashSet<u128>,
+}
+
+/// The job state file of `job` in `dir`.
+pub fn job_state_path(dir: &Path, job: u128) -> PathBuf {
+    dir.join(format!("{job:032x}.job.sqlite"))
+}
+
+impl Control {
+    pub fn new(config: &JobServiceConfig) -> Result<Self, JobError> {
+        let (tx, thread) = recorder::start(config.state_dir.clone())?;
+        let mut me = Self {
+            rm: ResourceManager::new(config.coordinator_slots, config.depth),
+            state_dir: config.state_dir.clone(),
+            conns: HashMap::new(),
+            node_conn: HashMap::new(),
+            next_node: 1,
+            next_query: 1,
+            gathers: HashMap::new(),
+            watchers: HashMap::new(),
+            archived: HashMap::new(),
+            recorder: Some(tx),
+            recorder_thread: Some(thread),
+            dirty: HashSet::new(),
+        };
+        me.restore()?;
+        Ok(me)
+    }
+
+    /// Queues again every unfinished job found in the state directory.
+    fn restore(&mut self) -> Result<(), JobError> {
+        let dir = std::fs::read_dir(&self.state_dir).map_err(JobError::io("read state dir"))?;
+        let mut paths: Vec<PathBuf> = dir
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().ends_with(".job.sqlite"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let st = match JobState::open(&path) {
+                Ok(st) => st,
+                Err(e) => {
+                    tracing::warn!("skipping job state file: {e}");
+                    continue;
+                }
+            };
+            let meta = st.meta()?;
+            if meta.state.is_final() {
+                self.archived.insert(meta.job, path);
+                continue;
+            }
+            let graph = Arc::new(JobGraph::build(meta.job, meta.spec)?);
+            let mut restored = Vec::new();
+            for row in st.rows()? {
+                let out = if graph.is_input[row.idx as usize] {
+                    st.output(row.idx)?.map(|o| o.0).unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                restored.push((row, out));
+            }
+            self.rm
+                .handle(Event::JobSubmitted { graph, restored }, now_ns());
+        }
+        self.flush_actions();
+        Ok(())
+    }
+
+    pub fn run(mut self, rx: Receiver<Input>) {
+        'outer: while let Ok(first) = rx.recv() {
+            let mut next = Some(first);
+            let mut handled = 0;
+            while let Some(input) = next {
+                if matches!(input, Input::Stop) {
+                    break 'outer;
+                }
+                self.input(input);
+                handled += 1;
+                next = if handled < BATCH_INPUTS {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
+            }
+            self.flush_actions();
+            self.refresh_watchers();
+        }
+        self.flush_actions();
+        self.conns.clear();
+        self.recorder = None;
+        if let Some(t) = self.recorder_thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        match input {
+            Input::Connected { conn, tx } => {
+                self.conns.insert(conn, Conn { tx, node: None });
+            }
+            Input::Frame { conn, msg } => self.frame(conn, msg),
+            Input::Closed { conn } => {
+                let node = self.conns.remove(&conn).and_then(|c| c.node);
+                self.watchers.retain(|&(c, _), _| c != conn);
+                if let Some(node) = node {
+                    self.node_conn.remove(&node);
+                    self.rm.handle(Event::NodeLost { node }, now_ns());
+                    self.node_gone(node);
+                }
+            }
+            Input::Stop => {}
+        }
+    }
+
+    pub fn send(&self, conn: ConnId, msg: ToPeer) {
+        if let Some(c) = self.conns.get(&conn) {
+            let _ = c.tx.send(Out::Msg(msg));
+        }
+    }
+
+    fn frame(&mut self, conn: ConnId, msg: ToEngine) {
+        match msg {
+            ToEngine::Offer { node, xstreams } => self.offer(conn, node, xstreams),
+            ToEngine::Finished { results } => {
+                if let Some(node) = self.conns.get(&conn).and_then(|c| c.node) {
+                    self.rm
+                        .handle(Event::TasksFinished { node, results }, now_ns());
+                }
+            }
+            ToEngine::StatusRows { query, job, rows } => self.rows_answered(conn, query, job, rows),
+            ToEngine::Submit { text, format } => {
+                let reply = match self.submit(&text, format) {
+                    Ok(job) => ToPeer::Submitted { job },
+                    Err(e) => ToPeer::Error {
+                        message: e.to_string(),
+                    },
+                };
+                self.send(conn, reply);
+            }
+            ToEngine::Status { job, watch } => self.status(conn, job, watch),
+            ToEngine::List => {
+                let jobs = self.list();
+                self.send(conn, ToPeer::Jobs { jobs });
+            }
+            ToEngine::Cancel { job } => {
+                let reply = match self.rm.phase(job) {
+                    Some((p, _)) if !p.is_final() => {
+                        self.rm.handle(Event::JobCancelled { job }, now_ns());
+                        ToPeer::Cancelled { job }
+                    }
+                    Some((p, _)) => ToPeer::Error {
+                        message: format!("job {job:032x} already {}", p.as_str()),
+                    },
+                    None => ToPeer::Error {
+                        message: JobError::NoSuchJob(job).to_string(),
+                    },
+                };
+                self.send(conn, reply);
+            }
+        }
+    }
+
+    fn offer(&mut self, conn: ConnId, name: String, xstreams: u32) {
+        let node = self.next_node;
+        self.next_node += 1;
+        let taken = self
+            .node_conn
+            .keys()
+            .any(|&n| self.rm.node_label(n) == Some(name.as_str()));
+        let name = if taken || name.is_empty() {
+            format!("{name}#{node}")
+        } else {
+            name
+        };
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.node = Some(node);
+        }
+        self.node_conn.insert(node, conn);
+        self.rm.handle(
+            Event::NodeOffered {
+                node,
+                name: name.clone(),
+                xstreams,
+            },
+            now_ns(),
+        );
+        self.send(conn, ToPeer::Welcome { node: name });
+    }
+
+    fn submit(&mut self, text: &str, format: SpecFormat) -> Result<u128, JobError> {
+        let spec = parse_spec(text, format)?;
+        let job = loop {
+            let id: u128 = rand::random();
+            if id != 0 && self.rm.phase(id).is_none() && !self.archived.contains_key(&id) {
+                break id;
+            }
+        };
+        let graph = Arc::new(JobGraph::build(job, spec)?);
+        let path = job_state_path(&self.state_dir, job);
+        JobState::create(&path, &graph, now_ns())?;
+        self.rm.handle(
+            Event::JobSubmitted {
+                graph,
+                restored: Vec::new(),
+            },
+            now_ns(),
+        );
+        Ok(job)
+    }
+
+    fn list(&self) -> Vec<JobSummary> {
+        let mut jobs = self.rm.summaries();
+        for path in self.archived.values() {
+            let summary = JobState::open(path).and_then(|st| {
+                let meta = st.meta()?;
+                let rows = st.rows()?;
+                Ok(JobSummary {
+                    job: meta.job,
+                    name: meta.name,
+                    state: meta.state,
+                    tasks: rows.len() as u32,
+                    done: rows
+                        .iter()
+                        .filter(|r| r.state == ferrite_proto::rpc_jobs::TaskPhase::Done)
+                        .count() as u32,
+                })
+            });
+            match summary {
+                Ok(s) => jobs.push(s),
+                Err(e) => tracing::warn!("job list: {e}"),
+            }
+        }
+        jobs.sort_by_key(|s| s.job);
+        jobs
+    }
+
+    /// Sends what the manager asked for: grants batched per node and job.
+    pub fn flush_actions(&mut self) {
+        let mut grants: HashMap<(NodeId, u128), Vec<_>> = HashMap::new();
+        for action in self.rm.take_actions() {
+            match action {
+                Action::Grant { node, tasks } => {
+                    for t in tasks {
+                        grants.entry((node, t.job)).or_default().push(t);
+                    }
+                }
+                Action::Revoke { node, job } => {
+                    if let Some(&c) = self.node_conn.get(&node) {
+                        self.send(c, ToPeer::Revoke { job });
+                    }
+                }
+                Action::Record { job, outcomes } => {
+                    self.dirty.insert(job);
+                    self.record(RecordCmd::Record { job, outcomes });
+                }
+                Action::JobPhase { job, phase, cause } => {
+                    self.dirty.insert(job);
+                    let cmd = RecordCmd::Phase {
+                        job,
+                        phase,
+                        cause,
+                        now_ns: now_ns(),
+                    };
+                    self.record(cmd);
+                }
+            }
+        }
+        for ((node, job), tasks) in grants {
+            let (Some(&conn), Some(graph)) = (self.node_conn.get(&node), self.rm.graph(job)) else {
+                continue;
+            };
+            if let Some(c) = self.conns.get(&conn) {
+                let graph = graph.clone();
+                let _ = c.tx.send(Out::Grant { graph, tasks });
+            }
+        }
+    }
+
+    fn record(&self, cmd: RecordCmd) {
+        if let Some(r) = &self.recorder {
+            if r.send(cmd).is_err() {
+                tracing::error!("job state recorder is gone");
+            }
+        }
+    }
+}
