@@ -1,2 +1,7 @@
 //! Ferrite client library.
 pub mod io500;
+pub mod client;
+pub mod fabric;
+#[cfg(feature = "embedded")]
+pub mod embedded;
+pub mod bench_kv;

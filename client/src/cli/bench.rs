@@ -25,11 +25,7 @@ pub struct BenchStoreArgs {
     #[arg(long)]
     pub json: bool,
 }
-#[derive(clap::Args, Debug)]
-pub struct BenchKvArgs {
-    #[arg(long)]
-    pub json: bool,
-}
+pub use ferrite_client::bench_kv::BenchKvArgs;
 #[derive(clap::Args, Debug)]
 pub struct BenchJobsArgs {
     #[arg(long)]
@@ -40,7 +36,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Xstream(_) => anyhow::bail!("bench xstream: not built yet"),
         BenchCommand::Store(_) => anyhow::bail!("bench store: not built yet"),
-        BenchCommand::Kv(_) => anyhow::bail!("bench kv: not built yet"),
+        BenchCommand::Kv(a) => ferrite_client::bench_kv::run(a),
         BenchCommand::Jobs(_) => anyhow::bail!("bench jobs: not built yet"),
     }
 }

@@ -1,0 +1,383 @@
+//! `ferrite bench kv`: GET/PUT throughput and latency against an engine.
+//!
+//! N client threads share one [`Client`]; each keeps `--pipeline` requests
+//! in flight (PUTs and RPC GETs are pipelined futures on the connection;
+//! one-sided GETs complete in the call). Keys are `key:{i:012}` (dkey; akey
+//! empty), uniformly random over `--keys`; values are `--value-size` bytes.
+//! GET and mix runs first load every key with batched PUTs.
+//!
+//! JSON (`--json`, one object): `ops_per_sec`, `latency_us.{p50,p99,p999,max}`,
+//! `one_sided_hit_rate`, `errors`, and the run's parameters.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use ferrite_proto::key::RecordKey;
+use ferrite_proto::rpc::{Key, Reply, Request};
+use hdrhistogram::Histogram;
+
+use crate::client::{Client, ClientOptions};
+
+/// Arguments of `ferrite bench kv`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchKvArgs {
+    /// Engine URL (tcp://host:port or unix:///path); none = embedded engine.
+    #[arg(long)]
+    pub engine: Option<String>,
+    /// Client threads.
+    #[arg(long, default_value_t = 1)]
+    pub clients: usize,
+    /// get, put or mix (90% get).
+    #[arg(long, default_value = "get")]
+    pub op: String,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 64)]
+    pub value_size: usize,
+    /// Distinct keys (1M, 100K, ...).
+    #[arg(long, default_value = "1M", value_parser = parse_count)]
+    pub keys: u64,
+    /// Seconds of measurement.
+    #[arg(short = 't', long = "time", default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Requests in flight per client thread.
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+    /// Connections in the client's pool.
+    #[arg(long, default_value_t = 2)]
+    pub connections: usize,
+    /// GETs by RPC only (no one-sided reads).
+    #[arg(long)]
+    pub no_one_sided: bool,
+    /// Skip loading the keys (they are already there).
+    #[arg(long)]
+    pub no_load: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `1M`, `100K`, `2G` or a plain number.
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1_000),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1_000_000),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1_000_000_000),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{s:?} is not a positive count like 1M"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Get,
+    Put,
+    Mix,
+}
+
+/// The key of index `i`: `key:` and 12 decimal digits.
+pub fn key_name(i: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    write_key_name(&mut v, i);
+    v
+}
+
+/// Writes the key of index `i` into `out` without allocating.
+pub fn write_key_name(out: &mut Vec<u8>, mut i: u64) {
+    out.clear();
+    out.extend_from_slice(b"key:000000000000");
+    for p in (4..16).rev() {
+        out[p] = b'0' + (i % 10) as u8;
+        i /= 10;
+    }
+}
+
+/// splitmix64: a tiny, fast generator for picking keys.
+struct KeyPicker(u64);
+
+impl KeyPicker {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((u128::from(z ^ (z >> 31)) * u128::from(below)) >> 64) as u64
+    }
+}
+
+/// Results of one run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KvReport {
+    pub op: String,
+    pub engine: String,
+    pub clients: usize,
+    pub pipeline: usize,
+    pub value_size: usize,
+    pub keys: u64,
+    pub seconds: f64,
+    pub ops: u64,
+    pub ops_per_sec: f64,
+    pub latency_us: Latency,
+    pub one_sided_hit_rate: f64,
+    pub one_sided_provider: Option<&'static str>,
+    pub retries: u64,
+    pub fallbacks: u64,
+    pub errors: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+/// Runs the benchmark and prints its report.
+pub fn run(args: BenchKvArgs) -> anyhow::Result<()> {
+    let report = measure(&args)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "kv {} on {} ({} clients, pipeline {}, {} B values, {} keys): {:.0} ops/s, \
+             p50 {:.1} us, p99 {:.1} us, one-sided hit rate {:.3} ({}), errors {}",
+            report.op,
+            report.engine,
+            report.clients,
+            report.pipeline,
+            report.value_size,
+            report.keys,
+            report.ops_per_sec,
+            report.latency_us.p50,
+            report.latency_us.p99,
+            report.one_sided_hit_rate,
+            report.one_sided_provider.unwrap_or("off"),
+            report.errors
+        );
+    }
+    Ok(())
+}
+
+fn connect(args: &BenchKvArgs) -> anyhow::Result<(Client, String)> {
+    let opts = ClientOptions {
+        connections: args.connections.max(1),
+        one_sided: !args.no_one_sided,
+        ..ClientOptions::default()
+    };
+    match &args.engine {
+        Some(url) => Ok((
+            Client::connect_with(url, opts).with_context(|| format!("connecting to {url}"))?,
+            url.clone(),
+        )),
+        None => embedded(args, opts),
+    }
+}
+
+#[cfg(feature = "embedded")]
+fn embedded(args: &BenchKvArgs, opts: ClientOptions) -> anyhow::Result<(Client, String)> {
+    let record = (72 + 16 + args.value_size + 8) as u64;
+    let ring = (args.keys * record * 2)
+        .next_power_of_two()
+        .clamp(16 << 20, 4 << 30);
+    let buckets = (args.keys / 2).next_power_of_two().max(1 << 16);
+    let device = (ring * 4).max(1 << 30);
+    let client = crate::embedded::connect_with(opts, |c| {
+        c.cache.ring_bytes = ferrite_engine::config::Size(ring);
+        c.cache.buckets = buckets;
+        c.cache.overflow_buckets = u32::try_from(buckets / 2).unwrap_or(u32::MAX);
+        c.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={device}");
+    })
+    .context("starting the embedded engine")?;
+    Ok((client, "embedded".into()))
+}
+
+#[cfg(not(feature = "embedded"))]
+fn embedded(_: &BenchKvArgs, _: ClientOptions) -> anyhow::Result<(Client, String)> {
+    anyhow::bail!("built without the `embedded` feature: pass --engine URL")
+}
+
+/// Loads keys `0..keys` with batched PUTs from `threads` threads.
+pub fn load(client: &Client, keys: u64, value_size: usize, threads: usize) -> anyhow::Result<()> {
+    let value = vec![b'v'; value_size];
+    let threads = threads.max(1) as u64;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let value = &value;
+                s.spawn(move || -> anyhow::Result<()> {
+                    let mut i = t * 256;
+                    while i < keys {
+                        let batch: Vec<Request> = (i..(i + 256).min(keys))
+                            .map(|k| Request::Update {
+                                key: Key::new(0, 0, &key_name(k), b""),
+                                value: value.clone(),
+                            })
+                            .collect();
+                        for r in client.batch(batch)? {
+                            if let Reply::Error { code, message } = r {
+                                anyhow::bail!("load failed: {code:?}: {message}");
+                            }
+                        }
+                        i += threads * 256;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("load thread panicked"))??;
+        }
+        Ok(())
+    })
+}
+
+/// Connects, loads and measures.
+pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
+    let op = match args.op.as_str() {
+        "get" => Op::Get,
+        "put" => Op::Put,
+        "mix" => Op::Mix,
+        other => anyhow::bail!("--op must be get, put or mix, not {other:?}"),
+    };
+    let (client, engine) = connect(args)?;
+    if op != Op::Put && !args.no_load {
+        load(&client, args.keys, args.value_size, args.clients.max(2))?;
+    }
+    let before = client.counters();
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let results: Vec<(Histogram<u64>, u64, u64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..args.clients.max(1))
+            .map(|c| {
+                let (client, stop) = (&client, stop.clone());
+                s.spawn(move || worker(client, args, op, c as u64, &stop))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs_f64(args.seconds.max(0.01)));
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let counters = client.counters().since(&before);
+    let mut hist = new_histogram();
+    let (mut ops, mut errors) = (0, 0);
+    for (h, o, e) in &results {
+        let _ = hist.add(h);
+        ops += o;
+        errors += e;
+    }
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(KvReport {
+        op: args.op.clone(),
+        engine,
+        clients: args.clients.max(1),
+        pipeline: args.pipeline.max(1),
+        value_size: args.value_size,
+        keys: args.keys,
+        seconds: elapsed,
+        ops,
+        ops_per_sec: ops as f64 / elapsed,
+        latency_us: Latency {
+            p50: us(0.5),
+            p99: us(0.99),
+            p999: us(0.999),
+            max: hist.max() as f64 / 1000.0,
+        },
+        one_sided_hit_rate: counters.one_sided_hit_rate(),
+        one_sided_provider: client.one_sided_provider(),
+        retries: counters.retries,
+        fallbacks: counters.fallbacks,
+        errors,
+    })
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap_or_else(|_| {
+        Histogram::new(3).unwrap_or_else(|_| unreachable!("3 sig figs is valid"))
+    })
+}
+
+/// One client thread: ops until `stop`; returns latencies (ns), ops, errors.
+fn worker(
+    client: &Client,
+    args: &BenchKvArgs,
+    op: Op,
+    id: u64,
+    stop: &AtomicBool,
+) -> (Histogram<u64>, u64, u64) {
+    let mut rng = KeyPicker(0x5eed_u64.wrapping_mul(id + 1));
+    let mut hist = new_histogram();
+    let (mut ops, mut errors) = (0u64, 0u64);
+    let value = vec![b'w'; args.value_size];
+    let mut out = Vec::with_capacity(args.value_size + 256);
+    let mut name = Vec::with_capacity(32);
+    let depth = args.pipeline.max(1);
+    let one_sided_shm = client.one_sided_provider() == Some("shm");
+    while !stop.load(Ordering::Relaxed) {
+        let is_get = match op {
+            Op::Get => true,
+            Op::Put => false,
+            Op::Mix => rng.next(10) != 0,
+        };
+        if is_get && (one_sided_shm || depth == 1) {
+            for _ in 0..64 {
+                write_key_name(&mut name, rng.next(args.keys));
+                let t0 = Instant::now();
+                let r = client.get_into(&RecordKey::new(0, 0, &name, b""), &mut out);
+                let _ = hist.record(t0.elapsed().as_nanos() as u64);
+                ops += 1;
+                match r {
+                    Ok(Some(_)) if out.len() == args.value_size => {}
+                    _ => errors += 1,
+                }
+            }
+            continue;
+        }
+        let t0 = Instant::now();
+        let futures: Vec<_> = (0..depth)
+            .map(|_| {
+                let k = Key::new(0, 0, &key_name(rng.next(args.keys)), b"");
+                if is_get {
+                    client.request_async(&Request::Fetch { key: k })
+                } else {
+                    client.request_async(&Request::Update {
+                        key: k,
+                        value: value.clone(),
+                    })
+                }
+            })
+            .collect();
+        for f in futures {
+            let r = futures::executor::block_on(f);
+            let _ = hist.record(t0.elapsed().as_nanos() as u64);
+            ops += 1;
+            match r {
+                Ok(Reply::Version(_)) | Ok(Reply::Value(Some(_))) => {}
+                _ => errors += 1,
+            }
+        }
+    }
+    (hist, ops, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_parse() {
+        assert_eq!(parse_count("1M"), Ok(1_000_000));
+        assert_eq!(parse_count("100k"), Ok(100_000));
+        assert_eq!(parse_count("42"), Ok(42));
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("xM").is_err());
+        assert_eq!(key_name(7), b"key:000000000007");
+    }
+}

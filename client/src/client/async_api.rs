@@ -1,0 +1,92 @@
+//! The asynchronous face of [`Client`]: futures (runtime-agnostic, `Send`,
+//! `'static`) and [`EventQueue`] events. Every call sends its request at
+//! once, so issuing many before awaiting any pipelines them on the
+//! connection; replies are matched by request id.
+//!
+//! One-sided GETs over shm complete inside the call (they are a few
+//! loads); only fallbacks go to the engine.
+
+use std::future::Future;
+
+use ferrite_proto::rpc::{Found, Key, Reply, Request};
+use ferrite_xstream::{Event, EventQueue};
+
+use crate::client::counters::Counter;
+use crate::client::error::Result;
+use crate::client::handle::Client;
+use crate::client::reply;
+use crate::client::waiter::{Answer, ReplyFuture};
+
+/// An event queue whose events carry a client reply.
+pub type ClientEventQueue = EventQueue<Answer>;
+
+impl Client {
+    /// Sends `request` now; the future resolves to its reply.
+    pub fn request_async(&self, request: &Request) -> ReplyFuture {
+        self.counters.add(Counter::RpcRequest, 1);
+        self.conn().request_async(request)
+    }
+
+    /// GET as a future: one-sided in the call when possible, else by RPC.
+    pub fn get_async(
+        &self,
+        key: &Key,
+    ) -> impl Future<Output = Result<Option<Found>>> + Send + 'static {
+        let mut value = Vec::new();
+        let early = match self.one_sided_provider() {
+            Some("shm") => Some(self.get_into(&key.as_record_key(), &mut value)),
+            _ => None,
+        };
+        let pending = early
+            .is_none()
+            .then(|| self.request_async(&Request::Fetch { key: key.clone() }));
+        async move {
+            match (early, pending) {
+                (Some(r), _) => Ok(r?.map(|version| Found { version, value })),
+                (None, Some(f)) => reply::value("get", f.await?),
+                (None, None) => unreachable!("either early or pending is set"),
+            }
+        }
+    }
+
+    /// PUT as a future resolving to the new version.
+    pub fn put_async(
+        &self,
+        key: &Key,
+        value: &[u8],
+    ) -> impl Future<Output = Result<u64>> + Send + 'static {
+        let f = self.request_async(&Request::Update {
+            key: key.clone(),
+            value: value.to_vec(),
+        });
+        async move { reply::version("put", f.await?) }
+    }
+
+    /// DELETE as a future resolving to the deletion's version.
+    pub fn delete_async(&self, key: &Key) -> impl Future<Output = Result<u64>> + Send + 'static {
+        let f = self.request_async(&Request::Punch {
+            scope: ferrite_proto::rpc::PunchScope::Akey,
+            key: key.clone(),
+        });
+        async move { reply::version("delete", f.await?) }
+    }
+
+    /// Sends `request`; its reply completes `event` (collect it with
+    /// [`EventQueue::poll`] or await it with [`EventQueue::wait`]).
+    pub fn submit(&self, request: &Request, event: Event<Answer>) {
+        self.counters.add(Counter::RpcRequest, 1);
+        self.conn().request_event(request, event);
+    }
+
+    /// GET completing `event` with `Reply::Value`: at once when one-sided.
+    pub fn get_event(&self, key: &Key, event: Event<Answer>) {
+        if self.one_sided_provider() == Some("shm") {
+            let mut value = Vec::new();
+            let r = self.get_into(&key.as_record_key(), &mut value);
+            let answer = r.map(|v| Reply::Value(v.map(|version| Found { version, value })));
+            event.complete(Ok(answer));
+            return;
+        }
+        self.submit(&Request::Fetch { key: key.clone() }, event);
+    }
+}

@@ -1,0 +1,398 @@
+//! [`Client`]: a handle to one engine, shared by any number of threads.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrite_proto::key::RecordKey;
+use ferrite_proto::region::{Provider, RegionDescriptor, RegionKind};
+use ferrite_proto::rpc::message::MAX_BATCH_ITEMS;
+use ferrite_proto::rpc::{Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat};
+
+use crate::client::conn::{ConnectOptions, Connection, Session};
+use crate::client::counters::{Counter, CounterSnapshot, Counters};
+use crate::client::error::{Error, Result};
+use crate::client::onesided::{Lookup, OneSidedReader, RetryPolicy, TargetRegions};
+use crate::client::reply;
+use crate::client::url::EngineUrl;
+use crate::fabric::shm::{ShmEndpoint, ShmMapping};
+use crate::fabric::tcp::TcpEndpoint;
+use crate::fabric::Endpoint;
+
+/// Keys per list request page.
+const LIST_PAGE: u32 = 1024;
+
+/// How a [`Client`] connects and reads.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Shared secret, required by engines listening on non-loopback TCP.
+    pub token: Option<Vec<u8>>,
+    /// Connections in the pool (requests are pipelined on each).
+    pub connections: usize,
+    /// Use one-sided reads for GET when the engine exports regions.
+    pub one_sided: bool,
+    /// Buckets kept in the bucket cache.
+    pub bucket_cache: usize,
+    /// How long a blocking call waits for its reply.
+    pub request_timeout: Duration,
+    /// Retries of the one-sided GET before asking by RPC.
+    pub retry: RetryPolicy,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            token: std::env::var("FERRITE_TOKEN").ok().map(String::into_bytes),
+            connections: 2,
+            one_sided: true,
+            bucket_cache: 1 << 16,
+            request_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// What `stat` reports.
+#[derive(Debug, Clone)]
+pub struct EngineStat {
+    pub url: String,
+    pub incarnation: u64,
+    pub targets: Vec<TargetInfo>,
+    pub regions: Vec<RegionDescriptor>,
+    /// `None` when GETs go by RPC only.
+    pub one_sided_provider: Option<&'static str>,
+    pub target_counters: Vec<TargetStat>,
+    pub client_counters: CounterSnapshot,
+}
+
+/// A connection pool to one engine plus its one-sided reader.
+/// `Send + Sync`: share it (in an `Arc`) between threads.
+pub struct Client {
+    url: EngineUrl,
+    conns: Vec<Arc<Connection>>,
+    reader: Option<OneSidedReader>,
+    pub(crate) counters: Arc<Counters>,
+    incarnation: u64,
+    targets: Vec<TargetInfo>,
+    regions: Vec<RegionDescriptor>,
+    next_conn: AtomicUsize,
+    /// Keeps an embedded engine alive as long as the client.
+    pub(crate) _owner: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("url", &self.url.to_string())
+            .field("connections", &self.conns.len())
+            .field("reader", &self.reader)
+            .finish()
+    }
+}
+
+fn is_loopback_shm(url: &EngineUrl) -> bool {
+    matches!(url, EngineUrl::Unix { .. })
+}
+
+impl Client {
+    /// Connects to `tcp://host:port` or `unix:///path` with default options
+    /// (token from `FERRITE_TOKEN` if set).
+    pub fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, ClientOptions::default())
+    }
+
+    /// Connects with explicit options.
+    pub fn connect_with(url: &str, opts: ClientOptions) -> Result<Self> {
+        let url: EngineUrl = url.parse()?;
+        let n = opts.connections.max(1);
+        let first_opts = ConnectOptions {
+            token: opts.token.clone(),
+            want_shm: opts.one_sided && is_loopback_shm(&url),
+        };
+        let (first, session) = Connection::open(&url, &first_opts, opts.request_timeout)?;
+        let mut conns = vec![Arc::new(first)];
+        let rest = ConnectOptions {
+            want_shm: false,
+            ..first_opts
+        };
+        for _ in 1..n {
+            conns.push(Arc::new(
+                Connection::open(&url, &rest, opts.request_timeout)?.0,
+            ));
+        }
+        let Session { welcome, fds } = session;
+        let reader = if opts.one_sided {
+            build_reader(
+                &welcome.regions,
+                fds,
+                welcome.targets.len(),
+                &conns[0],
+                &opts,
+            )?
+        } else {
+            None
+        };
+        Ok(Self {
+            url,
+            conns,
+            reader,
+            counters: Arc::new(Counters::default()),
+            incarnation: welcome.incarnation,
+            targets: welcome.targets,
+            regions: welcome.regions,
+            next_conn: AtomicUsize::new(0),
+            _owner: None,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        self.url.to_string()
+    }
+
+    /// Random per engine start: a change means the engine restarted.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
+    pub fn targets(&self) -> &[TargetInfo] {
+        &self.targets
+    }
+
+    pub fn regions(&self) -> &[RegionDescriptor] {
+        &self.regions
+    }
+
+    /// `"shm"` or `"tcp"` when GETs are one-sided, else `None`.
+    pub fn one_sided_provider(&self) -> Option<&'static str> {
+        self.reader.as_ref().map(OneSidedReader::provider)
+    }
+
+    /// One-sided hits, retries, fallbacks and RPC counts so far.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+
+    /// A connection of the pool, spreading threads over them.
+    pub(crate) fn conn(&self) -> &Arc<Connection> {
+        thread_local! {
+            static SLOT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+        }
+        let i = SLOT.with(|s| {
+            if s.get() == usize::MAX {
+                s.set(self.next_conn.fetch_add(1, Ordering::Relaxed));
+            }
+            s.get()
+        });
+        &self.conns[i % self.conns.len()]
+    }
+
+    /// Sends one request and waits for its reply (any reply, including
+    /// `Reply::Error`).
+    pub fn request(&self, request: &Request) -> Result<Reply> {
+        self.counters.add(Counter::RpcRequest, 1);
+        self.conn().request(request)
+    }
+
+    /// The value of `key`, or `None` if it has none.
+    pub fn get(&self, key: &Key) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_versioned(key)?.map(|f| f.value))
+    }
+
+    /// The value of `key` and its version.
+    pub fn get_versioned(&self, key: &Key) -> Result<Option<Found>> {
+        let mut value = Vec::new();
+        Ok(self
+            .get_into(&key.as_record_key(), &mut value)?
+            .map(|version| Found { version, value }))
+    }
+
+    /// Puts the value of `key` into `out` and returns its version (`None`
+    /// and `out` unspecified if absent). One-sided when possible; the
+    /// allocation-free form for hot loops.
+    pub fn get_into(&self, key: &RecordKey<'_>, out: &mut Vec<u8>) -> Result<Option<u64>> {
+        if let Some(reader) = &self.reader {
+            match reader.get_into(key, out, &self.counters)? {
+                Lookup::Found { version } => return Ok(Some(version)),
+                Lookup::Absent => return Ok(None),
+                Lookup::Fallback(_) => {}
+            }
+        }
+        let owned = Key::new(key.container, key.object, key.dkey, key.akey);
+        let found = reply::value("get", self.request(&Request::Fetch { key: owned })?)?;
+        Ok(found.map(|f| {
+            out.clear();
+            out.extend_from_slice(&f.value);
+            f.version
+        }))
+    }
+
+    /// Stores `value` under `key`; returns the version it got. Durable when
+    /// this returns (the engine acknowledges after group commit).
+    pub fn put(&self, key: &Key, value: &[u8]) -> Result<u64> {
+        let r = self.request(&Request::Update {
+            key: key.clone(),
+            value: value.to_vec(),
+        })?;
+        reply::version("put", r)
+    }
+
+    /// Deletes `key` (its akey); returns the version of the deletion.
+    pub fn delete(&self, key: &Key) -> Result<u64> {
+        self.punch(PunchScope::Akey, key)
+    }
+
+    /// Deletes an akey, every akey of a dkey, or a whole object.
+    pub fn punch(&self, scope: PunchScope, key: &Key) -> Result<u64> {
+        let r = self.request(&Request::Punch {
+            scope,
+            key: key.clone(),
+        })?;
+        reply::version("delete", r)
+    }
+
+    /// Stores `value` only if the key's version is `expected_version`
+    /// (0 = the key must be absent). Returns the new version, or
+    /// [`Error::VersionMismatch`].
+    pub fn put_if_version(&self, key: &Key, expected_version: u64, value: &[u8]) -> Result<u64> {
+        let r = self.request(&Request::CondUpdate {
+            key: key.clone(),
+            expected_version,
+            value: value.to_vec(),
+        })?;
+        reply::cond(expected_version, r)
+    }
+
+    /// Writes `data` at byte `offset` of the array stored under `key`.
+    pub fn write_extent(&self, key: &Key, offset: u64, data: &[u8]) -> Result<u64> {
+        let r = self.request(&Request::ExtentWrite {
+            key: key.clone(),
+            offset,
+            data: data.to_vec(),
+        })?;
+        reply::version("extent write", r)
+    }
+
+    /// Reads `len` bytes at `offset` of the array under `key` (holes read
+    /// as zero); `None` if the array does not exist.
+    pub fn read_extent(&self, key: &Key, offset: u64, len: u32) -> Result<Option<Found>> {
+        let r = self.request(&Request::ExtentRead {
+            key: key.clone(),
+            offset,
+            len,
+        })?;
+        reply::value("extent read", r)
+    }
+
+    /// Every dkey of an object, sorted (pages through the engine).
+    pub fn list_dkeys(&self, container: u64, object: u128) -> Result<Vec<Vec<u8>>> {
+        self.list_pages(|after| Request::ListDkeys {
+            container,
+            object,
+            after,
+            limit: LIST_PAGE,
+        })
+    }
+
+    /// Every akey of a dkey, sorted.
+    pub fn list_akeys(&self, container: u64, object: u128, dkey: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.list_pages(|after| Request::ListAkeys {
+            container,
+            object,
+            dkey: dkey.to_vec(),
+            after,
+            limit: LIST_PAGE,
+        })
+    }
+
+    fn list_pages(&self, page: impl Fn(Option<Vec<u8>>) -> Request) -> Result<Vec<Vec<u8>>> {
+        let mut all: Vec<Vec<u8>> = Vec::new();
+        loop {
+            let (keys, more) = reply::keys("list", self.request(&page(all.last().cloned()))?)?;
+            let got = keys.len();
+            all.extend(keys);
+            if !more || got == 0 {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Runs data requests as batches (one frame per up to
+    /// `MAX_BATCH_ITEMS`); replies in order, `Reply::Error` per failed item.
+    pub fn batch(&self, requests: Vec<Request>) -> Result<Vec<Reply>> {
+        let mut out = Vec::with_capacity(requests.len());
+        let mut it = requests.into_iter().peekable();
+        while it.peek().is_some() {
+            let chunk: Vec<Request> = it.by_ref().take(MAX_BATCH_ITEMS).collect();
+            let n = chunk.len();
+            let replies = reply::batch(self.request(&Request::Batch(chunk))?)?;
+            if replies.len() != n {
+                return Err(Error::Protocol {
+                    url: self.url(),
+                    detail: format!("batch of {n} answered with {} replies", replies.len()),
+                });
+            }
+            out.extend(replies);
+        }
+        Ok(out)
+    }
+
+    /// Targets, regions and counters of the engine and of this client.
+    pub fn stat(&self) -> Result<EngineStat> {
+        let target_counters = reply::stat(self.request(&Request::Stat)?)?;
+        Ok(EngineStat {
+            url: self.url(),
+            incarnation: self.incarnation,
+            targets: self.targets.clone(),
+            regions: self.regions.clone(),
+            one_sided_provider: self.one_sided_provider(),
+            target_counters,
+            client_counters: self.counters(),
+        })
+    }
+}
+
+/// Builds the one-sided reader from the Welcome: shm when fds came with it,
+/// tcp when the regions are tcp-provided, none otherwise.
+fn build_reader(
+    regions: &[RegionDescriptor],
+    fds: Vec<std::os::fd::OwnedFd>,
+    target_count: usize,
+    conn: &Arc<Connection>,
+    opts: &ClientOptions,
+) -> Result<Option<OneSidedReader>> {
+    let mut per_target: Vec<(Option<RegionDescriptor>, Option<RegionDescriptor>)> =
+        vec![(None, None); target_count];
+    for r in regions {
+        let Some(t) = per_target.get_mut(usize::from(r.target)) else {
+            return Ok(None);
+        };
+        match r.kind {
+            RegionKind::Buckets => t.0 = Some(*r),
+            RegionKind::Log => t.1 = Some(*r),
+        }
+    }
+    let mut targets = Vec::with_capacity(target_count);
+    for t in per_target {
+        match t {
+            (Some(buckets), Some(log)) => targets.push(TargetRegions { buckets, log }),
+            _ => return Ok(None),
+        }
+    }
+    let endpoint: Box<dyn Endpoint> = if !fds.is_empty() {
+        let mut ep = ShmEndpoint::new();
+        for (r, fd) in regions.iter().zip(&fds) {
+            ep.insert(r, ShmMapping::map(fd, r.length)?)?;
+        }
+        Box::new(ep)
+    } else if regions.iter().all(|r| r.provider == Provider::Tcp) {
+        Box::new(TcpEndpoint::new(conn.clone()))
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(OneSidedReader::new(
+        endpoint,
+        targets,
+        opts.bucket_cache,
+        opts.retry,
+    )?))
+}

@@ -1,0 +1,367 @@
+//! The one-sided GET: find a key's record in a target's bucket and log
+//! regions without the engine's CPU, and prove it is the key's latest value.
+//!
+//! Steps (see `DESIGN.md`, "How a request flows"):
+//! 1. hash the key → target, main bucket index, fingerprint;
+//! 2. take the bucket from the [`BucketCache`] or read it (checking its CRC);
+//! 3. for each slot with the fingerprint, read the record at its remote
+//!    pointer and check magic, format, CRC, log address, container, object,
+//!    dkey and akey, the version's low bits, and the superseded bit;
+//! 4. follow the overflow chain;
+//! 5. on any mismatch read the bucket again, within a time and attempt
+//!    budget; then give up and let the caller ask by RPC.
+//!
+//! What is returned was the key's published value when its superseded bit
+//! was read as clear, a moment inside the call; the engine sets that bit on
+//! the old record before it acknowledges the newer write, so it was also the
+//! latest acknowledged one then (or a newer, not yet acknowledged one).
+
+use std::time::{Duration, Instant};
+
+use ferrite_proto::bucket::{Bucket, BUCKET_BYTES};
+use ferrite_proto::key::{target_of, RecordKey};
+use ferrite_proto::record::{RecordFlags, RecordView, HEADER_BYTES, VALUE_MAX_BYTES};
+use ferrite_proto::region::RegionDescriptor;
+use ferrite_proto::FormatError;
+
+use crate::client::cache::BucketCache;
+use crate::client::counters::{Counter, Counters};
+use crate::client::error::Result;
+use crate::fabric::Endpoint;
+
+/// Longest record a slot may point to (header, two 4 KiB key parts, 1 MiB
+/// value, padding).
+pub const RECORD_MAX_BYTES: usize = HEADER_BYTES + 2 * 4096 + VALUE_MAX_BYTES + 8;
+/// Overflow buckets followed at most per lookup.
+pub const CHAIN_MAX: usize = 64;
+
+/// The two regions of one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetRegions {
+    pub buckets: RegionDescriptor,
+    pub log: RegionDescriptor,
+}
+
+/// How hard to try before falling back to RPC.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Time allowed for retries after the first mismatch.
+    pub budget: Duration,
+    /// Bucket reads allowed per GET.
+    pub max_attempts: u32,
+    /// Whether a key missing from a freshly read bucket chain is absent
+    /// (true when the engine indexes every key in its buckets); otherwise the
+    /// caller asks by RPC.
+    pub absent_is_final: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            budget: Duration::from_millis(2),
+            max_attempts: 32,
+            absent_is_final: true,
+        }
+    }
+}
+
+/// Why a GET must be answered by RPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackReason {
+    /// The record is older than the memory ring holds.
+    NotInMemory,
+    /// The time or attempt budget ran out.
+    RetriesExhausted,
+    /// Not in the bucket chain and the policy does not trust absence.
+    NotIndexed,
+    /// The record is an extent or punch; the engine assembles those.
+    NotPlainValue,
+}
+
+/// Result of one one-sided lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// The value is in the caller's buffer.
+    Found { version: u64 },
+    /// The key has no value (never written, or deleted).
+    Absent,
+    /// Ask the engine.
+    Fallback(FallbackReason),
+}
+
+/// Reads records one-sided through an [`Endpoint`].
+pub struct OneSidedReader {
+    endpoint: Box<dyn Endpoint>,
+    targets: Vec<TargetRegions>,
+    cache: BucketCache,
+    policy: RetryPolicy,
+}
+
+impl std::fmt::Debug for OneSidedReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OneSidedReader")
+            .field("provider", &self.endpoint.provider())
+            .field("targets", &self.targets.len())
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+/// What one pass over a bucket chain found.
+enum Pass {
+    Done(Lookup),
+    /// Read the bucket again (and count a retry); carries the log address
+    /// of a record that failed its check behind a freshly read bucket.
+    Retry(Option<u64>),
+}
+
+impl OneSidedReader {
+    /// `targets[i]` are the regions of target `i`; `cache_buckets` bounds the
+    /// bucket cache.
+    pub fn new(
+        endpoint: Box<dyn Endpoint>,
+        targets: Vec<TargetRegions>,
+        cache_buckets: usize,
+        policy: RetryPolicy,
+    ) -> Result<Self> {
+        if targets.is_empty() {
+            return Err(crate::client::error::Error::InvalidArgument(
+                "one-sided reader needs at least one target".into(),
+            ));
+        }
+        for t in &targets {
+            t.buckets.validate()?;
+            t.log.validate()?;
+        }
+        Ok(Self {
+            endpoint,
+            targets,
+            cache: BucketCache::new(cache_buckets),
+            policy,
+        })
+    }
+
+    pub fn provider(&self) -> &'static str {
+        self.endpoint.provider()
+    }
+
+    pub fn targets(&self) -> &[TargetRegions] {
+        &self.targets
+    }
+
+    /// Looks `key` up; on `Found` its value is in `out` (replacing what was
+    /// there). Errors only when the endpoint itself fails.
+    pub fn get_into(
+        &self,
+        key: &RecordKey<'_>,
+        out: &mut Vec<u8>,
+        counters: &Counters,
+    ) -> Result<Lookup> {
+        let hash = key.hash();
+        let target = target_of(key.dkey_hash(), self.targets.len() as u32) as usize;
+        let regions = &self.targets[target];
+        let main_index = hash.bucket_index(regions.buckets.param);
+        let fingerprint = hash.fingerprint();
+        let mut deadline: Option<Instant> = None;
+        let mut use_cache = true;
+        let mut failed_fresh: Option<u64> = None;
+        for attempt in 0..self.policy.max_attempts {
+            if attempt > 0 {
+                counters.add(Counter::Retry, 1);
+                let now = Instant::now();
+                match deadline {
+                    None => deadline = Some(now + self.policy.budget),
+                    Some(d) if now >= d => break,
+                    Some(_) => {}
+                }
+            }
+            let probe = Probe {
+                regions,
+                main_index,
+                fingerprint,
+                use_cache,
+                failed_fresh,
+            };
+            let pass = self.pass(key, &probe, out, counters)?;
+            match pass {
+                Pass::Done(Lookup::Fallback(r)) => {
+                    counters.add(Counter::Fallback, 1);
+                    return Ok(Lookup::Fallback(r));
+                }
+                Pass::Done(found) => {
+                    counters.add(Counter::OneSidedHit, 1);
+                    return Ok(found);
+                }
+                Pass::Retry(failed) => {
+                    use_cache = false;
+                    failed_fresh = failed;
+                }
+            }
+        }
+        counters.add(Counter::Fallback, 1);
+        Ok(Lookup::Fallback(FallbackReason::RetriesExhausted))
+    }
+
+    /// Reads a bucket of a target, from the cache when allowed.
+    fn bucket(
+        &self,
+        regions: &TargetRegions,
+        index: u64,
+        use_cache: bool,
+        counters: &Counters,
+    ) -> Result<Option<(Bucket, bool)>> {
+        let target = regions.buckets.target;
+        if use_cache {
+            if let Some(b) = self.cache.get(target, index) {
+                counters.add(Counter::CacheHit, 1);
+                return Ok(Some((b, true)));
+            }
+        }
+        let offset = index * BUCKET_BYTES as u64;
+        let mut b = Bucket([0; BUCKET_BYTES]);
+        self.endpoint
+            .read(&regions.buckets, offset, BUCKET_BYTES, &mut b.0)?;
+        if b.check().is_err() {
+            return Ok(None);
+        }
+        self.cache.put(target, index, &b);
+        Ok(Some((b, false)))
+    }
+
+    /// One walk of the bucket chain. A record that fails its check twice
+    /// behind two fresh reads of an unchanged slot is no longer in the ring
+    /// (published records are immutable until the ring overwrites them).
+    fn pass(
+        &self,
+        key: &RecordKey<'_>,
+        probe: &Probe<'_>,
+        out: &mut Vec<u8>,
+        counters: &Counters,
+    ) -> Result<Pass> {
+        let Probe {
+            regions,
+            main_index,
+            fingerprint,
+            use_cache,
+            failed_fresh,
+        } = *probe;
+        let bucket_count = regions.buckets.length / BUCKET_BYTES as u64;
+        let mut index = main_index;
+        let mut any_cached = false;
+        for _ in 0..CHAIN_MAX {
+            let Some((bucket, cached)) = self.bucket(regions, index, use_cache, counters)? else {
+                return Ok(Pass::Retry(None));
+            };
+            any_cached |= cached;
+            for slot in bucket.matching(fingerprint) {
+                match self.check_slot(key, regions, slot, out)? {
+                    SlotCheck::OtherKey => continue,
+                    SlotCheck::Value(version) => return Ok(Pass::Done(Lookup::Found { version })),
+                    SlotCheck::Deleted => return Ok(Pass::Done(Lookup::Absent)),
+                    SlotCheck::Evicted | SlotCheck::Stale
+                        if !cached && failed_fresh == Some(slot.addr) =>
+                    {
+                        return Ok(Pass::Done(Lookup::Fallback(FallbackReason::NotInMemory)))
+                    }
+                    SlotCheck::NotPlain => {
+                        return Ok(Pass::Done(Lookup::Fallback(FallbackReason::NotPlainValue)))
+                    }
+                    SlotCheck::Evicted | SlotCheck::Stale => {
+                        if cached {
+                            self.cache.invalidate(regions.buckets.target, index);
+                            return Ok(Pass::Retry(None));
+                        }
+                        return Ok(Pass::Retry(Some(slot.addr)));
+                    }
+                }
+            }
+            let next = u64::from(bucket.next());
+            if next == 0 {
+                break;
+            }
+            if next >= bucket_count {
+                return Ok(Pass::Retry(None));
+            }
+            index = next;
+        }
+        if any_cached {
+            return Ok(Pass::Retry(None));
+        }
+        Ok(Pass::Done(if self.policy.absent_is_final {
+            Lookup::Absent
+        } else {
+            Lookup::Fallback(FallbackReason::NotIndexed)
+        }))
+    }
+
+    /// Reads and checks the record a slot points to.
+    fn check_slot(
+        &self,
+        key: &RecordKey<'_>,
+        regions: &TargetRegions,
+        slot: ferrite_proto::bucket::Slot,
+        out: &mut Vec<u8>,
+    ) -> Result<SlotCheck> {
+        let ring = regions.log.param;
+        let len = slot.length as usize;
+        let offset = slot.addr % ring;
+        if !(HEADER_BYTES..=RECORD_MAX_BYTES).contains(&len) || offset + len as u64 > ring {
+            return Ok(SlotCheck::Stale);
+        }
+        out.resize(len, 0);
+        self.endpoint.read(&regions.log, offset, len, out)?;
+        let view = match RecordView::parse(out) {
+            Ok(v) => v,
+            Err(_) => return Ok(SlotCheck::Stale),
+        };
+        match view.verify_for(key, slot.addr) {
+            Ok(()) => {}
+            Err(FormatError::Mismatch("log address")) if view.addr() > slot.addr => {
+                return Ok(SlotCheck::Evicted)
+            }
+            Err(FormatError::Mismatch("container or object"))
+            | Err(FormatError::Mismatch("dkey or akey")) => return Ok(SlotCheck::OtherKey),
+            Err(_) => return Ok(SlotCheck::Stale),
+        }
+        if view.is_superseded() || view.version() as u16 != slot.version_low {
+            return Ok(SlotCheck::Stale);
+        }
+        let flags = view.flags();
+        if flags.has(RecordFlags::TOMBSTONE) {
+            return Ok(SlotCheck::Deleted);
+        }
+        if flags.0 & (RecordFlags::EXTENT | RecordFlags::PUNCH_DKEY | RecordFlags::PUNCH_OBJECT)
+            != 0
+        {
+            return Ok(SlotCheck::NotPlain);
+        }
+        let version = view.version();
+        let start = HEADER_BYTES + key.dkey.len() + key.akey.len();
+        let value_len = view.value().len();
+        out.copy_within(start..start + value_len, 0);
+        out.truncate(value_len);
+        Ok(SlotCheck::Value(version))
+    }
+}
+
+/// Where one walk starts and what the previous walk learned.
+#[derive(Clone, Copy)]
+struct Probe<'a> {
+    regions: &'a TargetRegions,
+    main_index: u64,
+    fingerprint: u32,
+    use_cache: bool,
+    failed_fresh: Option<u64>,
+}
+
+enum SlotCheck {
+    Value(u64),
+    Deleted,
+    /// A valid record of another key with the same fingerprint.
+    OtherKey,
+    /// The ring has moved past the record.
+    Evicted,
+    NotPlain,
+    /// Torn, overwritten, superseded or otherwise not trustworthy now.
+    Stale,
+}

@@ -1,0 +1,61 @@
+//! Client-side fabric endpoints: how a client reads a registered region of
+//! an engine without the engine's CPU.
+//!
+//! An [`Endpoint`] is given a [`RegionDescriptor`] from the handshake and
+//! copies bytes out of that region. Providers: [`shm`] (a read-only mapping
+//! of a memfd handed over a Unix socket) and [`tcp`] (reads served by the
+//! target's network task). A verbs endpoint fits the same trait: `read` is an
+//! RDMA READ of `(remote_addr + offset, len)` with the descriptor's rkey.
+//!
+//! The engine writes regions while clients read them. A read never fails
+//! because of that; it may return a mix of old and new bytes, and the
+//! caller checks what it read (bucket and record CRCs) and reads again.
+
+use ferrite_proto::region::RegionDescriptor;
+
+use crate::client::error::Result;
+
+pub mod shm;
+pub mod tcp;
+
+/// One-sided reads of an engine's registered regions.
+pub trait Endpoint: Send + Sync {
+    /// Copies `len` bytes at `offset` of `region` into `buf[..len]`.
+    ///
+    /// Contract: `offset + len <= region.length` and `buf.len() >= len`,
+    /// else an error and `buf` untouched. The bytes may be concurrently
+    /// written by the engine; the copy is done with atomic loads (8 bytes at
+    /// a time when `offset` and `len` are multiples of 8) so it is never
+    /// undefined behaviour, only possibly torn.
+    fn read(
+        &self,
+        region: &RegionDescriptor,
+        offset: u64,
+        len: usize,
+        buf: &mut [u8],
+    ) -> Result<()>;
+
+    /// Provider name, for `stat` and logs.
+    fn provider(&self) -> &'static str;
+}
+
+/// Checks a read's bounds against its descriptor.
+pub(crate) fn check_bounds(
+    region: &RegionDescriptor,
+    offset: u64,
+    len: usize,
+    buf_len: usize,
+) -> Result<()> {
+    let end = offset.checked_add(len as u64);
+    if end.is_none_or(|e| e > region.length) || buf_len < len {
+        return Err(crate::client::error::Error::Region {
+            region_id: region.region_id,
+            reason: format!(
+                "read of {len} bytes at offset {offset} outside region of {} bytes \
+                 (buffer {buf_len})",
+                region.length
+            ),
+        });
+    }
+    Ok(())
+}

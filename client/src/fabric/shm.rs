@@ -1,0 +1,391 @@
+//! The `shm` endpoint: regions are memfd (or hugetlbfs) files the engine
+//! hands over its Unix socket with `SCM_RIGHTS`; the client maps them
+//! read-only and a one-sided read is a copy out of the mapping by atomic
+//! loads. The engine's CPU does nothing for it.
+//!
+//! ```
+//! use ferrite_client::fabric::{shm::{ShmEndpoint, ShmMapping}, Endpoint};
+//! use ferrite_proto::region::{Provider, RegionDescriptor, RegionKind};
+//! use std::io::Write;
+//!
+//! let mut file = tempfile::tempfile().unwrap();
+//! file.write_all(&[7u8; 4096]).unwrap();
+//! let desc = RegionDescriptor {
+//!     provider: Provider::Shm, kind: RegionKind::Log, target: 0, region_id: 3,
+//!     length: 4096, param: 4096, access_key: 0, remote_addr: 0,
+//! };
+//! let mut ep = ShmEndpoint::new();
+//! ep.insert(&desc, ShmMapping::map(&file, desc.length).unwrap()).unwrap();
+//! let mut buf = [0u8; 16];
+//! ep.read(&desc, 8, 16, &mut buf).unwrap();
+//! assert_eq!(buf, [7u8; 16]);
+//! assert!(ep.read(&desc, 4090, 16, &mut buf).is_err());
+//! ```
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
+
+use ferrite_proto::region::RegionDescriptor;
+
+use crate::client::error::{Error, Result};
+use crate::fabric::{check_bounds, Endpoint};
+
+/// Largest region id an [`ShmEndpoint`] accepts (ids index a table).
+pub const REGION_ID_MAX: u32 = 1 << 16;
+/// Most descriptors passed in one `recvmsg`.
+pub const FDS_PER_MESSAGE_MAX: usize = 256;
+
+/// A read-only shared mapping of a whole region file.
+pub struct ShmMapping {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl std::fmt::Debug for ShmMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmMapping")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+// SAFETY: the mapping is read-only for this process and only ever read with
+// atomic loads; the pointer stays valid until drop (munmap).
+unsafe impl Send for ShmMapping {}
+// SAFETY: as above; concurrent atomic reads are fine.
+unsafe impl Sync for ShmMapping {}
+
+impl ShmMapping {
+    /// Maps the first `len` bytes of `fd` read-only and shared. The file must
+    /// be at least `len` bytes long (checked with fstat).
+    pub fn map(fd: impl AsFd, len: u64) -> Result<Self> {
+        let fd = fd.as_fd().as_raw_fd();
+        // SAFETY: fstat writes into the zeroed struct we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fd is a valid descriptor borrowed for this call.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(Error::io(
+                "fstat of shm region",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        if (st.st_size as u64) < len || len == 0 {
+            return Err(Error::Region {
+                region_id: 0,
+                reason: format!("shm file holds {} bytes, descriptor says {len}", st.st_size),
+            });
+        }
+        let len = usize::try_from(len).map_err(|_| Error::Region {
+            region_id: 0,
+            reason: format!("region of {len} bytes does not fit the address space"),
+        })?;
+        // SAFETY: mapping a valid fd read-only; the kernel chooses the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(Error::io(
+                "mmap of shm region",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Self {
+            ptr: ptr as *const u8,
+            len,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `dst.len()` bytes at `offset` with atomic loads. Bounds are
+    /// checked by the caller.
+    fn copy_out(&self, offset: usize, dst: &mut [u8]) {
+        debug_assert!(offset + dst.len() <= self.len);
+        // SAFETY: offset + len is within the mapping (checked by callers).
+        let src = unsafe { self.ptr.add(offset) };
+        if (src as usize) % 8 == 0 && dst.len() % 8 == 0 {
+            for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
+                // SAFETY: aligned, in bounds, and AtomicU64 has u64's layout.
+                let w = unsafe { (*(src.add(i * 8) as *const AtomicU64)).load(Ordering::Relaxed) };
+                chunk.copy_from_slice(&w.to_ne_bytes());
+            }
+        } else {
+            for (i, b) in dst.iter_mut().enumerate() {
+                // SAFETY: in bounds; AtomicU8 has u8's layout.
+                *b = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+            }
+        }
+        fence(Ordering::Acquire);
+    }
+}
+
+impl Drop for ShmMapping {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Reads regions through their shared mappings. Built once after the
+/// handshake, then shared read-only by every thread of a client.
+#[derive(Debug, Default)]
+pub struct ShmEndpoint {
+    regions: Vec<Option<ShmMapping>>,
+}
+
+impl ShmEndpoint {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers the mapping of a region; the mapping must cover the
+    /// descriptor's length.
+    pub fn insert(&mut self, region: &RegionDescriptor, mapping: ShmMapping) -> Result<()> {
+        if region.region_id >= REGION_ID_MAX {
+            return Err(Error::Region {
+                region_id: region.region_id,
+                reason: format!("region id above {REGION_ID_MAX}"),
+            });
+        }
+        if (mapping.len as u64) < region.length {
+            return Err(Error::Region {
+                region_id: region.region_id,
+                reason: format!(
+                    "mapping of {} bytes is shorter than the region ({})",
+                    mapping.len, region.length
+                ),
+            });
+        }
+        let i = region.region_id as usize;
+        if self.regions.len() <= i {
+            self.regions.resize_with(i + 1, || None);
+        }
+        self.regions[i] = Some(mapping);
+        Ok(())
+    }
+
+    pub fn has(&self, region_id: u32) -> bool {
+        matches!(self.regions.get(region_id as usize), Some(Some(_)))
+    }
+}
+
+impl Endpoint for ShmEndpoint {
+    fn read(
+        &self,
+        region: &RegionDescriptor,
+        offset: u64,
+        len: usize,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        check_bounds(region, offset, len, buf.len())?;
+        let mapping = match self.regions.get(region.region_id as usize) {
+            Some(Some(m)) => m,
+            _ => {
+                return Err(Error::Region {
+                    region_id: region.region_id,
+                    reason: "not mapped by this client".into(),
+                })
+            }
+        };
+        // In bounds of the descriptor, and the mapping covers the descriptor.
+        mapping.copy_out(offset as usize, &mut buf[..len]);
+        Ok(())
+    }
+
+    fn provider(&self) -> &'static str {
+        "shm"
+    }
+}
+
+/// Receives one message and the descriptors passed with it (`SCM_RIGHTS`).
+/// Returns the bytes read into `buf` (0 at end of stream) and the fds.
+pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE((FDS_PER_MESSAGE_MAX * 4) as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    // SAFETY: zeroed msghdr is a valid starting point.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space as _;
+    // SAFETY: msg points at live buffers of the stated sizes.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(Error::io(
+            "recvmsg (SCM_RIGHTS)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walking the control buffer the kernel filled, with libc macros.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg) as *const RawFd;
+                let bytes = (*cmsg).cmsg_len as usize - (data as usize - cmsg as usize);
+                for i in 0..bytes / 4 {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(Error::Region {
+            region_id: 0,
+            reason: format!("more than {FDS_PER_MESSAGE_MAX} descriptors in one message"),
+        });
+    }
+    Ok((n as usize, fds))
+}
+
+/// Sends `bytes` with `fds` attached (`SCM_RIGHTS`). The engine has its own
+/// sender; this one serves tests and tools.
+pub fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> Result<usize> {
+    if fds.len() > FDS_PER_MESSAGE_MAX || bytes.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "send_with_fds: {} fds (max {FDS_PER_MESSAGE_MAX}), {} bytes (min 1)",
+            fds.len(),
+            bytes.len()
+        )));
+    }
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    let payload = std::mem::size_of_val(fds) as u32;
+    // SAFETY: pure computations.
+    let (space, cmsg_len) = unsafe { (libc::CMSG_SPACE(payload), libc::CMSG_LEN(payload)) };
+    let mut control = vec![0u64; (space as usize).div_ceil(8)];
+    // SAFETY: zeroed msghdr is a valid starting point.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        // SAFETY: the control buffer has room for one header and the fds.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = cmsg_len as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(cmsg) as *mut RawFd,
+                fds.len(),
+            );
+        }
+    }
+    // SAFETY: msg points at live buffers.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(Error::io(
+            "sendmsg (SCM_RIGHTS)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// A memfd of `len` bytes (tests and the embedded engine's tools).
+pub fn memfd(name: &str, len: u64) -> Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name)
+        .map_err(|_| Error::InvalidArgument(format!("memfd name {name:?} has a NUL")))?;
+    // SAFETY: cname is a valid C string.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::io("memfd_create", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fd is valid.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(Error::io(
+            "ftruncate of memfd",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_proto::region::{Provider, RegionKind};
+
+    fn desc(id: u32, len: u64) -> RegionDescriptor {
+        RegionDescriptor {
+            provider: Provider::Shm,
+            kind: RegionKind::Log,
+            target: 0,
+            region_id: id,
+            length: len,
+            param: len,
+            access_key: 0,
+            remote_addr: 0,
+        }
+    }
+
+    #[test]
+    fn memfd_passed_over_socket_is_readable_and_read_only() {
+        let fd = memfd("t", 8192).unwrap();
+        // SAFETY: writable shared mapping of our own memfd, for the test writer.
+        let w = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        } as *mut u8;
+        assert_ne!(w as *mut libc::c_void, libc::MAP_FAILED);
+        // SAFETY: in bounds of the 8192-byte mapping.
+        unsafe { std::ptr::write_bytes(w.add(100), 0xab, 50) };
+        let (a, b) = UnixStream::pair().unwrap();
+        send_with_fds(&a, b"regions", &[fd.as_raw_fd()]).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, fds) = recv_with_fds(&b, &mut buf).unwrap();
+        assert_eq!((&buf[..n], fds.len()), (&b"regions"[..], 1));
+        let d = desc(5, 8192);
+        let mut ep = ShmEndpoint::new();
+        ep.insert(&d, ShmMapping::map(&fds[0], 8192).unwrap())
+            .unwrap();
+        let mut out = [0u8; 60];
+        ep.read(&d, 96, 60, &mut out).unwrap();
+        assert_eq!(&out[..4], &[0; 4]);
+        assert_eq!(&out[4..54], &[0xab; 50][..]);
+        // unaligned path
+        ep.read(&d, 99, 3, &mut out).unwrap();
+        assert_eq!(&out[..3], &[0, 0xab, 0xab]);
+        assert!(
+            ep.read(&desc(6, 8192), 0, 8, &mut out).is_err(),
+            "unmapped id"
+        );
+        assert!(ShmMapping::map(&fds[0], 8193).is_err(), "file too short");
+        // SAFETY: unmapping the test writer's mapping.
+        unsafe { libc::munmap(w as *mut libc::c_void, 8192) };
+    }
+}
