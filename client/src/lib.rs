@@ -1,4 +1,5 @@
 //! Ferrite client library.
+pub mod bench_xstream;
 pub mod io500;
 pub mod client;
 pub mod fabric;

@@ -109,7 +109,8 @@ pub use context::{current, current_mesh, spawn};
 pub use error::{Error, Result};
 pub use event::{Completion, Event, EventId, EventQueue};
 pub use graph::{
-    GraphReport, RunOptions, Task, TaskError, TaskGraph, TaskId, TaskOutcome, TraceEntry,
+    GraphReport, PreparedGraph, RunOptions, Task, TaskError, TaskGraph, TaskId, TaskOutcome,
+    TraceEntry,
 };
 pub use mesh::Mesh;
 pub use rng::{seed_from_env, SeededRng};

@@ -166,7 +166,10 @@ where
     let name = format!("{}-{}", config.name, id.0);
     let mut builder = LocalExecutorBuilder::new(Placement::Fixed(core))
         .name(&name)
-        .io_memory(io_memory);
+        .io_memory(io_memory)
+        // Also the longest a background slice runs before newly woken
+        // foreground work gets the CPU (glommio's default is 100 ms).
+        .preempt_timer(config.latency_deadline);
     if let Some(spin) = config.spin_before_park {
         builder = builder.spin_before_park(spin);
     }

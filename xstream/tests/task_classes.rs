@@ -92,7 +92,7 @@ fn inverted_shares_let_background_win() {
         shares,
         ..XstreamConfig::default()
     };
-    let fg_units = 100;
+    let fg_units = 200;
     let during = background_units_during_foreground(config, fg_units);
     assert!(
         during > 2 * fg_units,

@@ -19,6 +19,18 @@ pub enum BenchCommand {
 pub struct BenchXstreamArgs {
     #[arg(long)]
     pub json: bool,
+    /// Nodes of the random DAG.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub dag_tasks: usize,
+    /// Cross-core round trips to time.
+    #[arg(long, default_value_t = 100_000)]
+    pub round_trips: usize,
+    /// Empty tasks spawned per core.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub spawns_per_core: usize,
+    /// Seed of the random DAG and its ready order.
+    #[arg(long, default_value_t = 0xF3_2217E)]
+    pub seed: u64,
 }
 #[derive(clap::Args, Debug)]
 pub struct BenchStoreArgs {
@@ -34,7 +46,16 @@ pub struct BenchJobsArgs {
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
-        BenchCommand::Xstream(_) => anyhow::bail!("bench xstream: not built yet"),
+        BenchCommand::Xstream(a) => {
+            let options = ferrite_client::bench_xstream::XstreamBenchOptions {
+                dag_tasks: a.dag_tasks,
+                round_trips: a.round_trips,
+                spawns_per_core: a.spawns_per_core,
+                seed: a.seed,
+                ..Default::default()
+            };
+            ferrite_client::bench_xstream::run(&options, a.json)
+        }
         BenchCommand::Store(_) => anyhow::bail!("bench store: not built yet"),
         BenchCommand::Kv(a) => ferrite_client::bench_kv::run(a),
         BenchCommand::Jobs(_) => anyhow::bail!("bench jobs: not built yet"),

@@ -19,7 +19,7 @@ pub(crate) struct Batch {
     pub(crate) remaining: u64,
     /// Tasks it finished this round.
     pub(crate) finished: u64,
-    /// Released dependents on the receiver: `task << 32 | cause`.
+    /// Released dependents on the receiver: `local index << 32 | cause`.
     pub(crate) items: Vec<u64>,
 }
 

@@ -31,7 +31,7 @@ use futures::future::LocalBoxFuture;
 use crate::error::{Error, Result};
 use crate::{TaskClass, XstreamId};
 
-pub use run::{GraphReport, RunOptions, TraceEntry};
+pub use run::{GraphReport, PreparedGraph, RunOptions, TraceEntry};
 
 const NONE: u32 = u32::MAX;
 const ANY: u32 = u32::MAX;
@@ -166,13 +166,16 @@ impl Task {
 pub struct TaskGraph {
     capacity: usize,
     placement: Vec<u32>,
-    in_degree: Vec<u32>,
-    first_out: Vec<u32>,
+    /// Dependencies given to `add`, in rows: task `i` waits for
+    /// `deps[dep_offsets[i]..dep_offsets[i + 1]]`.
+    dep_offsets: Vec<u32>,
+    deps: Vec<u32>,
+    /// Dependencies added later by `add_dependency`.
+    late_deps: HashMap<u32, Vec<u32>>,
+    late_count: usize,
     bodies: Vec<Body>,
     callbacks: Vec<Option<Callback>>,
     names: HashMap<u32, String>,
-    edge_to: Vec<u32>,
-    edge_next: Vec<u32>,
 }
 
 impl fmt::Debug for TaskGraph {
@@ -193,13 +196,13 @@ impl TaskGraph {
         Self {
             capacity,
             placement: Vec::with_capacity(reserve),
-            in_degree: Vec::with_capacity(reserve),
-            first_out: Vec::with_capacity(reserve),
+            dep_offsets: vec![0],
+            deps: Vec::new(),
+            late_deps: HashMap::new(),
+            late_count: 0,
             bodies: Vec::with_capacity(reserve),
             callbacks: Vec::with_capacity(reserve),
             names: HashMap::new(),
-            edge_to: Vec::new(),
-            edge_next: Vec::new(),
         }
     }
 
@@ -215,7 +218,7 @@ impl TaskGraph {
 
     /// Number of dependency edges.
     pub fn edge_count(&self) -> usize {
-        self.edge_to.len()
+        self.deps.len() + self.late_count
     }
 
     /// Adds `task`, to run after every task in `deps` (which must exist; a
@@ -233,15 +236,12 @@ impl TaskGraph {
         let id = self.len() as u32;
         self.placement
             .push(task.placement.map_or(ANY, |x| x.0 as u32));
-        self.in_degree.push(0);
-        self.first_out.push(NONE);
+        self.deps.extend(deps.iter().map(|d| d.0));
+        self.dep_offsets.push(self.deps.len() as u32);
         self.bodies.push(task.body);
         self.callbacks.push(task.callback);
         if let Some(name) = task.name {
             self.names.insert(id, name);
-        }
-        for dep in deps {
-            self.push_edge(dep.0, id);
         }
         Ok(TaskId(id))
     }
@@ -255,8 +255,8 @@ impl TaskGraph {
                 return Err(Error::UnknownTask { task: t.0 });
             }
         }
-        if let Some(path) = self.path(task.0, depends_on.0) {
-            let mut cycle: Vec<String> = path.iter().map(|&t| self.describe(t)).collect();
+        if let Some(path) = self.path(depends_on.0, task.0) {
+            let mut cycle: Vec<String> = path.iter().rev().map(|&t| self.describe(t)).collect();
             cycle.push(self.describe(task.0));
             return Err(Error::Cycle {
                 task: self.describe(task.0),
@@ -264,7 +264,8 @@ impl TaskGraph {
                 cycle,
             });
         }
-        self.push_edge(depends_on.0, task.0);
+        self.late_deps.entry(task.0).or_default().push(depends_on.0);
+        self.late_count += 1;
         Ok(())
     }
 
@@ -276,16 +277,19 @@ impl TaskGraph {
         }
     }
 
-    fn push_edge(&mut self, from: u32, to: u32) {
-        let edge = self.edge_to.len() as u32;
-        self.edge_to.push(to);
-        self.edge_next.push(self.first_out[from as usize]);
-        self.first_out[from as usize] = edge;
-        self.in_degree[to as usize] += 1;
+    /// Every task `task` waits for.
+    pub(crate) fn dependencies(&self, task: u32) -> impl Iterator<Item = u32> + '_ {
+        let row =
+            self.dep_offsets[task as usize] as usize..self.dep_offsets[task as usize + 1] as usize;
+        let late = match self.late_count {
+            0 => &[][..],
+            _ => self.late_deps.get(&task).map(Vec::as_slice).unwrap_or(&[]),
+        };
+        self.deps[row].iter().chain(late).copied()
     }
 
-    /// A path of dependents from `from` to `to`, both included, if any
-    /// (iterative depth-first search with a parent array).
+    /// A path of dependencies from `from` to `to`, both included, if any
+    /// (iterative depth-first search with a parent map).
     fn path(&self, from: u32, to: u32) -> Option<Vec<u32>> {
         let mut parent: HashMap<u32, u32> = HashMap::from([(from, NONE)]);
         let mut stack = vec![from];
@@ -300,14 +304,11 @@ impl TaskGraph {
                 path.reverse();
                 return Some(path);
             }
-            let mut edge = self.first_out[node as usize];
-            while edge != NONE {
-                let next = self.edge_to[edge as usize];
+            for next in self.dependencies(node) {
                 if let std::collections::hash_map::Entry::Vacant(v) = parent.entry(next) {
                     v.insert(node);
                     stack.push(next);
                 }
-                edge = self.edge_next[edge as usize];
             }
         }
         None

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::exchange::Exchange;
 use super::shard::{Shard, ShardResult};
-use super::{Body, Callback, TaskError, TaskGraph, TaskId, ANY, NONE};
+use super::{Body, Callback, TaskError, TaskGraph, TaskId, ANY};
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::{TaskClass, XstreamId};
@@ -69,13 +69,8 @@ pub struct GraphReport {
     pub trace: Vec<TraceEntry>,
 }
 
-/// What every shard reads: the edges in compressed rows and where each task
-/// lives.
+/// What every shard of a run shares.
 pub(crate) struct Plan {
-    pub(crate) offsets: Vec<u32>,
-    pub(crate) targets: Vec<u32>,
-    pub(crate) shard_of: Vec<u16>,
-    pub(crate) local_of: Vec<u32>,
     pub(crate) exchange: Exchange,
     pub(crate) failures: Mutex<HashMap<u32, Arc<TaskError>>>,
     pub(crate) clock: AtomicU64,
@@ -88,104 +83,105 @@ impl Plan {
     }
 }
 
-/// The tasks one shard owns, by local index.
+/// The tasks one shard owns, by local index, with their dependents in
+/// compressed rows: local task `l` releases `targets[offsets[l]..offsets[l + 1]]`,
+/// each packed as `shard << 32 | local`.
 pub(crate) struct ShardTasks {
     pub(crate) ids: Vec<u32>,
     pub(crate) pending: Vec<u32>,
     pub(crate) bodies: Vec<Body>,
     pub(crate) callbacks: Vec<Option<Callback>>,
+    pub(crate) offsets: Vec<u32>,
+    pub(crate) targets: Vec<u64>,
+}
+
+/// A graph cut into per-xstream shards, ready to run.
+pub struct PreparedGraph {
+    shards: Vec<ShardTasks>,
+}
+
+impl std::fmt::Debug for PreparedGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tasks: Vec<usize> = self.shards.iter().map(|s| s.ids.len()).collect();
+        f.debug_struct("PreparedGraph")
+            .field("tasks_per_shard", &tasks)
+            .finish()
+    }
 }
 
 impl TaskGraph {
-    /// Runs every task on the xstreams of `mesh` and resolves when all are
-    /// done (completed, failed or canceled). The future is `Send`: await it
-    /// on an xstream or block on it from any thread.
+    /// Prepares and runs every task on the xstreams of `mesh`; resolves
+    /// when all are done (completed, failed or canceled). The future is
+    /// `Send`: await it on an xstream or block on it from any thread.
     pub fn run(
         self,
         mesh: &Mesh,
         options: RunOptions,
     ) -> impl Future<Output = Result<GraphReport>> + Send + 'static {
+        let prepared = self.prepare(mesh.len());
         let mesh = mesh.clone();
-        let prepared = self.prepare(mesh.len(), options);
-        async move {
-            let (plan, shards) = prepared?;
-            let class = plan.options.class;
-            let runs = shards.into_iter().enumerate().map(|(i, tasks)| {
-                let plan = plan.clone();
-                mesh.run_on(XstreamId(i), class, move || {
-                    Shard::new(i, plan, tasks).run()
-                })
-            });
-            let results = futures::future::join_all(runs).await;
-            let mut merged = Vec::with_capacity(results.len());
-            for r in results {
-                merged.push(r??);
-            }
-            Ok(merge(&plan, merged))
-        }
+        async move { prepared?.run(&mesh, options).await }
     }
 
-    fn prepare(self, shards: usize, options: RunOptions) -> Result<(Arc<Plan>, Vec<ShardTasks>)> {
+    /// Cuts the graph into `xstreams` shards by placement (tasks without
+    /// one are spread by id) and lays out each shard's dependents.
+    pub fn prepare(self, xstreams: usize) -> Result<PreparedGraph> {
         let n = self.len();
-        let shard_of = self.resolve_placement(shards)?;
-        let mut offsets = vec![0u32; n + 1];
-        for (from, &head) in self.first_out.iter().enumerate() {
-            let mut degree = 0;
-            let mut edge = head;
-            while edge != NONE {
-                degree += 1;
-                edge = self.edge_next[edge as usize];
-            }
-            offsets[from + 1] = offsets[from] + degree;
-        }
-        let mut targets = vec![0u32; self.edge_to.len()];
-        for (from, &head) in self.first_out.iter().enumerate() {
-            let mut at = offsets[from] as usize;
-            let mut edge = head;
-            while edge != NONE {
-                targets[at] = self.edge_to[edge as usize];
-                at += 1;
-                edge = self.edge_next[edge as usize];
-            }
-        }
-        let mut tasks: Vec<ShardTasks> = (0..shards)
+        let shard_of = self.resolve_placement(xstreams)?;
+        let mut shards: Vec<ShardTasks> = (0..xstreams)
             .map(|_| ShardTasks {
                 ids: Vec::new(),
                 pending: Vec::new(),
                 bodies: Vec::new(),
                 callbacks: Vec::new(),
+                offsets: vec![0],
+                targets: Vec::new(),
             })
             .collect();
-        let mut local_of = Vec::with_capacity(n);
-        let parts = self
-            .bodies
-            .into_iter()
-            .zip(self.callbacks)
-            .zip(self.in_degree);
-        for (id, ((body, callback), in_degree)) in parts.enumerate() {
-            let shard = &mut tasks[shard_of[id] as usize];
-            local_of.push(shard.ids.len() as u32);
+        let mut loc: Vec<u64> = Vec::with_capacity(n);
+        let mut out_degree = vec![0u32; n];
+        for (id, &s) in shard_of.iter().enumerate() {
+            let shard = &mut shards[s as usize];
+            loc.push(u64::from(s) << 32 | shard.ids.len() as u64);
             shard.ids.push(id as u32);
+            let mut in_degree = 0;
+            for d in self.dependencies(id as u32) {
+                out_degree[d as usize] += 1;
+                in_degree += 1;
+            }
             shard.pending.push(in_degree);
+        }
+        for shard in &mut shards {
+            let mut end = 0u32;
+            for &id in &shard.ids {
+                end += out_degree[id as usize];
+                shard.offsets.push(end);
+            }
+            shard.targets = vec![0; end as usize];
+        }
+        let mut cursor: Vec<Vec<u32>> = shards.iter().map(|s| s.offsets.clone()).collect();
+        for (id, &at) in loc.iter().enumerate() {
+            for d in self.dependencies(id as u32) {
+                let (s, l) = (
+                    (loc[d as usize] >> 32) as usize,
+                    loc[d as usize] as u32 as usize,
+                );
+                let slot = &mut cursor[s][l];
+                shards[s].targets[*slot as usize] = at;
+                *slot += 1;
+            }
+        }
+        for (id, (body, callback)) in self.bodies.into_iter().zip(self.callbacks).enumerate() {
+            let shard = &mut shards[shard_of[id] as usize];
             shard.bodies.push(body);
             shard.callbacks.push(callback);
         }
-        let plan = Plan {
-            offsets,
-            targets,
-            shard_of,
-            local_of,
-            exchange: Exchange::new(shards),
-            failures: Mutex::new(HashMap::new()),
-            clock: AtomicU64::new(1),
-            options,
-        };
-        Ok((Arc::new(plan), tasks))
+        Ok(PreparedGraph { shards })
     }
 
     fn resolve_placement(&self, shards: usize) -> Result<Vec<u16>> {
-        if shards > u16::MAX as usize {
-            let reason = format!("a graph runs on at most {} xstreams", u16::MAX);
+        if shards == 0 || shards > u16::MAX as usize {
+            let reason = format!("a graph runs on 1 to {} xstreams, not {shards}", u16::MAX);
             return Err(Error::InvalidCoreList {
                 cores: Vec::new(),
                 reason,
@@ -203,6 +199,45 @@ impl TaskGraph {
                 }),
             })
             .collect()
+    }
+}
+
+impl PreparedGraph {
+    /// Runs the shards, one per xstream of `mesh` (which must have as many
+    /// xstreams as the graph was prepared for).
+    pub fn run(
+        self,
+        mesh: &Mesh,
+        options: RunOptions,
+    ) -> impl Future<Output = Result<GraphReport>> + Send + 'static {
+        let mesh = mesh.clone();
+        async move {
+            if mesh.len() != self.shards.len() {
+                return Err(Error::NoSuchXstream {
+                    xstream: XstreamId(self.shards.len() - 1),
+                    count: mesh.len(),
+                });
+            }
+            let plan = Arc::new(Plan {
+                exchange: Exchange::new(self.shards.len()),
+                failures: Mutex::new(HashMap::new()),
+                clock: AtomicU64::new(1),
+                options,
+            });
+            let class = plan.options.class;
+            let runs = self.shards.into_iter().enumerate().map(|(i, tasks)| {
+                let plan = plan.clone();
+                mesh.run_on(XstreamId(i), class, move || {
+                    Shard::new(i, plan, tasks).run()
+                })
+            });
+            let results = futures::future::join_all(runs).await;
+            let mut merged = Vec::with_capacity(results.len());
+            for r in results {
+                merged.push(r??);
+            }
+            Ok(merge(&plan, merged))
+        }
     }
 }
 

@@ -18,6 +18,8 @@ use crate::XstreamId;
 
 /// Tasks run between two checks whether the scheduler should yield.
 const YIELD_EVERY: u32 = 128;
+/// The ready task to run next is drawn from this many most recent ones.
+const PICK_WINDOW: usize = 8;
 
 pub(crate) struct ShardResult {
     pub(crate) completed: u64,
@@ -93,7 +95,10 @@ impl Shard {
         let mut since_yield = 0;
         loop {
             while !self.ready.is_empty() {
-                let pick = self.rng.below(self.ready.len());
+                // A seeded pick among the most recently released tasks:
+                // their rows are still in cache.
+                let window = self.ready.len().min(PICK_WINDOW);
+                let pick = self.ready.len() - 1 - self.rng.below(window);
                 let local = self.ready.swap_remove(pick);
                 self.start(local, &mut in_flight);
                 since_yield += 1;
@@ -186,15 +191,15 @@ impl Shard {
         if let Some(callback) = self.tasks.callbacks[l].take() {
             let _ = catch_unwind(AssertUnwindSafe(|| callback(TaskId(id), &outcome)));
         }
-        let begin = self.plan.offsets[id as usize] as usize;
-        let end = self.plan.offsets[id as usize + 1] as usize;
+        let begin = self.tasks.offsets[l] as usize;
+        let end = self.tasks.offsets[l + 1] as usize;
         for edge in begin..end {
-            let dependent = self.plan.targets[edge] as usize;
-            let shard = self.plan.shard_of[dependent] as usize;
+            let target = self.tasks.targets[edge];
+            let (shard, dependent) = ((target >> 32) as usize, target as u32);
             if shard == self.me {
-                self.release(self.plan.local_of[dependent], cause);
+                self.release(dependent, cause);
             } else {
-                self.outbox[shard].push((dependent as u64) << 32 | cause as u64);
+                self.outbox[shard].push(u64::from(dependent) << 32 | u64::from(cause));
             }
         }
         self.remaining -= 1;
@@ -251,9 +256,7 @@ impl Shard {
             global_remaining += batch.remaining;
             global_activity += batch.finished + batch.items.len() as u64;
             for item in batch.items {
-                let (task, cause) = ((item >> 32) as u32, item as u32);
-                let local = self.plan.local_of[task as usize];
-                self.release(local, cause);
+                self.release((item >> 32) as u32, item as u32);
             }
         }
         self.settle(global_remaining, global_activity)
