@@ -1,2 +1,4 @@
 //! Ferrite engine.
 pub mod jobs;
+pub mod region;
+pub mod store;

@@ -1,0 +1,254 @@
+//! Applying a durable record to the index: the key directory and the bucket
+//! slots. Used when publishing a commit and when replaying the log, so both
+//! reach the same state from the same records in the same order.
+
+use super::dir::{insert_piece, Entry, ExtentMap, Piece};
+use super::format::{get_u128, get_u16, get_u32, get_u64};
+use super::{Store, StoreError};
+use crate::store::error::Result;
+use ferrite_proto::bucket::Slot;
+use ferrite_proto::key::{KeyHash, RecordKey};
+use ferrite_proto::record::{
+    RecordFlags, HEADER_BYTES, OFF_AKEY_LEN, OFF_CONTAINER, OFF_DKEY_LEN, OFF_EXTENT_OFFSET,
+    OFF_FLAGS, OFF_OBJECT, OFF_VALUE_LEN, OFF_VERSION,
+};
+
+/// A record's header fields and key, read without checking the CRC (for
+/// records this store wrote and still holds in its ring, or already checked).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Head<'a> {
+    pub flags: RecordFlags,
+    pub version: u64,
+    pub extent_offset: u64,
+    pub key: RecordKey<'a>,
+    pub value: &'a [u8],
+}
+
+impl<'a> Head<'a> {
+    /// `None` if the lengths do not fit `b`.
+    pub fn peek(b: &'a [u8]) -> Option<Self> {
+        if b.len() < HEADER_BYTES {
+            return None;
+        }
+        let dl = usize::from(get_u16(b, OFF_DKEY_LEN));
+        let al = usize::from(get_u16(b, OFF_AKEY_LEN));
+        let vl = get_u32(b, OFF_VALUE_LEN) as usize;
+        let k = HEADER_BYTES;
+        if b.len() < k + dl + al + vl {
+            return None;
+        }
+        Some(Self {
+            flags: RecordFlags(b[OFF_FLAGS]),
+            version: get_u64(b, OFF_VERSION),
+            extent_offset: get_u64(b, OFF_EXTENT_OFFSET),
+            key: RecordKey::new(
+                get_u64(b, OFF_CONTAINER),
+                get_u128(b, OFF_OBJECT),
+                &b[k..k + dl],
+                &b[k + dl..k + dl + al],
+            ),
+            value: &b[k + dl + al..k + dl + al + vl],
+        })
+    }
+}
+
+fn slot_for(key: &RecordKey<'_>, addr: u64, len: u32, version: u64) -> (u64, Slot) {
+    let h = key.hash();
+    (
+        h.0,
+        Slot {
+            fingerprint: h.fingerprint(),
+            length: len,
+            addr,
+            version_low: version as u16,
+        },
+    )
+}
+
+impl Store {
+    /// Applies the record `bytes` found at log address `addr`. `origin` is set
+    /// for the cleaner's copies: they apply only if the key still uses the
+    /// record they were copied from.
+    pub(crate) fn apply_record(&self, bytes: &[u8], addr: u64, origin: Option<u64>) -> Result<()> {
+        let h = Head::peek(bytes).ok_or_else(|| StoreError::Invalid("short record".into()))?;
+        let len = bytes.len() as u32;
+        let obj = (h.key.container, h.key.object);
+        if h.flags.has(RecordFlags::PAD) {
+            return Ok(());
+        }
+        if h.flags.has(RecordFlags::PUNCH_OBJECT) {
+            let gone = self.dir.borrow_mut().remove_object(obj);
+            for (d, a, e) in gone {
+                self.unindex(&RecordKey::new(obj.0, obj.1, &d, &a), &e);
+            }
+            return Ok(());
+        }
+        if h.flags.has(RecordFlags::PUNCH_DKEY) {
+            let gone = self.dir.borrow_mut().remove_dkey(obj, h.key.dkey);
+            for (a, e) in gone {
+                self.unindex(&RecordKey::new(obj.0, obj.1, h.key.dkey, &a), &e);
+            }
+            return Ok(());
+        }
+        if h.flags.has(RecordFlags::TOMBSTONE) {
+            let gone = self.dir.borrow_mut().remove(obj, h.key.dkey, h.key.akey);
+            if let Some(e) = gone {
+                self.unindex(&h.key, &e);
+            }
+            return Ok(());
+        }
+        if h.flags.has(RecordFlags::EXTENT) {
+            return self.apply_extent(&h, addr, len, origin);
+        }
+        self.apply_single(&h, addr, len, origin)
+    }
+
+    fn apply_single(&self, h: &Head<'_>, addr: u64, len: u32, origin: Option<u64>) -> Result<()> {
+        let obj = (h.key.container, h.key.object);
+        if let Some(o) = origin {
+            let still = self
+                .dir
+                .borrow()
+                .get(obj, h.key.dkey, h.key.akey)
+                .is_some_and(|e| e.addr == o);
+            if !still {
+                return Ok(());
+            }
+        }
+        let entry = Entry {
+            version: h.version,
+            addr,
+            len,
+            extents: None,
+        };
+        let old = self
+            .dir
+            .borrow_mut()
+            .put(obj, h.key.dkey, h.key.akey, entry);
+        let (hash, slot) = slot_for(&h.key, addr, len, h.version);
+        let mut live = self.live_bytes.get() + u64::from(len);
+        match old {
+            Some(old) => {
+                live -= old.live_bytes();
+                self.move_slot(hash, slot, old.addr)?;
+                self.mark_superseded(old.addr);
+            }
+            None => self.insert_slot(hash, slot)?,
+        }
+        self.live_bytes.set(live);
+        Ok(())
+    }
+
+    fn apply_extent(&self, h: &Head<'_>, addr: u64, len: u32, origin: Option<u64>) -> Result<()> {
+        let obj = (h.key.container, h.key.object);
+        let piece = Piece {
+            end: h.extent_offset + h.value.len() as u64,
+            rec_addr: addr,
+            rec_len: len,
+        };
+        let mut dir = self.dir.borrow_mut();
+        let (hash, slot) = slot_for(&h.key, addr, len, h.version);
+        match dir.get_mut(obj, h.key.dkey, h.key.akey) {
+            Some(e) if e.extents.is_some() => {
+                if origin.is_some_and(|o| !e.references(o)) {
+                    return Ok(());
+                }
+                let before = e.live_bytes();
+                let map = e.extents.get_or_insert_with(Default::default);
+                insert_piece(map, h.extent_offset, piece);
+                let old_slot_addr = e.addr;
+                let moves_slot = origin.is_none_or(|o| o == e.addr);
+                if moves_slot {
+                    e.addr = addr;
+                    e.len = len;
+                }
+                e.version = e.version.max(h.version);
+                let after = e.live_bytes();
+                drop(dir);
+                self.live_bytes.set(self.live_bytes.get() + after - before);
+                if moves_slot {
+                    self.move_slot(hash, slot, old_slot_addr)?;
+                }
+                Ok(())
+            }
+            existing => {
+                if origin.is_some() {
+                    return Ok(());
+                }
+                let had = existing.map(|e| (e.addr, e.live_bytes()));
+                let mut map = ExtentMap::new();
+                insert_piece(&mut map, h.extent_offset, piece);
+                let e = Entry {
+                    version: h.version,
+                    addr,
+                    len,
+                    extents: Some(Box::new(map)),
+                };
+                dir.put(obj, h.key.dkey, h.key.akey, e);
+                drop(dir);
+                let mut live = self.live_bytes.get() + u64::from(len);
+                match had {
+                    Some((old_addr, old_live)) => {
+                        live -= old_live;
+                        self.move_slot(hash, slot, old_addr)?;
+                        self.mark_superseded(old_addr);
+                    }
+                    None => self.insert_slot(hash, slot)?,
+                }
+                self.live_bytes.set(live);
+                Ok(())
+            }
+        }
+    }
+
+    fn insert_slot(&self, hash: u64, slot: Slot) -> Result<()> {
+        if self.table.borrow_mut().insert(hash, slot) {
+            Ok(())
+        } else {
+            Err(StoreError::IndexFull {
+                keys: self.dir.borrow().len(),
+            })
+        }
+    }
+
+    /// Points the slot that held `old_addr` at the new record.
+    fn move_slot(&self, hash: u64, slot: Slot, old_addr: u64) -> Result<()> {
+        let at = self.table.borrow().locate(hash, slot.fingerprint, old_addr);
+        match at {
+            Some(at) => {
+                self.table.borrow().replace(at, slot);
+                Ok(())
+            }
+            None => self.insert_slot(hash, slot),
+        }
+    }
+
+    /// Removes a deleted key's slot and marks its record superseded.
+    fn unindex(&self, key: &RecordKey<'_>, e: &Entry) {
+        let hash = key.hash();
+        let fp = KeyHash(hash.0).fingerprint();
+        let at = self.table.borrow().locate(hash.0, fp, e.addr);
+        if let Some(at) = at {
+            self.table.borrow_mut().remove(hash.0, at);
+        }
+        self.mark_superseded(e.addr);
+        self.live_bytes
+            .set(self.live_bytes.get().saturating_sub(e.live_bytes()));
+    }
+}
+
+impl Store {
+    /// Indexes an entry loaded from a checkpoint.
+    pub(crate) fn index_loaded(&self, key: &RecordKey<'_>, e: Entry) -> Result<()> {
+        let (hash, slot) = slot_for(key, e.addr, e.len, e.version);
+        self.live_bytes.set(self.live_bytes.get() + e.live_bytes());
+        let old = self
+            .dir
+            .borrow_mut()
+            .put((key.container, key.object), key.dkey, key.akey, e);
+        match old {
+            Some(old) => self.move_slot(hash, slot, old.addr),
+            None => self.insert_slot(hash, slot),
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The log cleaner: copies live records from the oldest part of the log to
+//! its head, checkpoints, and so frees the space behind them.
+//!
+//! The log is a circular FIFO: the cleaner always works at `clean_upto`, the
+//! oldest address not yet relocated. A record there is live if the key
+//! directory still points at it; it is copied forward (same key, value and
+//! version, new address) and published like any update, in log order. A copy
+//! is only appended while no update or punch of its key is waiting to be
+//! published, and in the same synchronous step as the liveness check, so in
+//! log order the copy is still the key's newest record and replay reaches the
+//! same state. Byte arrays are copied piece by piece (only their live bytes),
+//! so an older array record never overwrites newer extents on replay.
+//! Tombstones are never copied: the checkpoint written at the end of each pass
+//! covers them, and the tail only moves once that checkpoint is durable.
+
+use super::checkpoint::CheckpointInfo;
+use super::log::AppendSpec;
+use super::recover::LogReader;
+use super::{Store, StoreError};
+use crate::store::error::Result;
+use ferrite_proto::record::{RecordFlags, RecordView, HEADER_BYTES, OFF_VALUE_LEN};
+use glommio::{Latency, Shares};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Attempts to relocate one record before the pass gives up.
+const RELOCATE_ROUNDS: u32 = 64;
+/// Shares of the cleaner's task queue (foreground queues default to 1000).
+pub const CLEANER_SHARES: usize = 50;
+
+/// What one cleaning pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanReport {
+    pub scanned_bytes: u64,
+    pub records_copied: u64,
+    pub bytes_copied: u64,
+    pub checkpoint: Option<CheckpointInfo>,
+}
+
+enum Step {
+    Done,
+    Appended(u64),
+    Blocked,
+}
+
+impl Store {
+    /// Is the log using much more than the live data (about 1.5× plus two
+    /// segments), or over three quarters of the device log?
+    pub fn cleaning_wanted(&self) -> bool {
+        let log = self.log.borrow();
+        let used = log.head - log.tail;
+        let live = self.live_bytes.get();
+        let seg = self.config.segment_bytes;
+        used > live + live / 2 + 2 * seg || used > self.geo.log_bytes / 4 * 3
+    }
+
+    /// One relocation step of the record `view` found at `origin`.
+    fn relocate_step(&self, origin: u64, view: &RecordView<'_>) -> Result<Step> {
+        let key = view.key();
+        if self.has_pending(key.hash().0) {
+            return Ok(Step::Blocked);
+        }
+        let extent = view.flags().has(RecordFlags::EXTENT);
+        let piece = {
+            let dir = self.dir.borrow();
+            let Some(e) = dir.get((key.container, key.object), key.dkey, key.akey) else {
+                return Ok(Step::Done);
+            };
+            match (&e.extents, extent) {
+                (None, false) if e.addr == origin => None,
+                (Some(m), true) => match m.iter().find(|(_, p)| p.rec_addr == origin) {
+                    Some((s, p)) => Some((*s, p.end)),
+                    None => return Ok(Step::Done),
+                },
+                _ => return Ok(Step::Done),
+            }
+        };
+        let (value, extent_offset) = match piece {
+            None => (view.value(), 0),
+            Some((s, e)) => {
+                let from = (s - view.extent_offset()) as usize;
+                let to = (e - view.extent_offset()) as usize;
+                let bytes = view.value().get(from..to).ok_or_else(|| {
+                    StoreError::Invalid(format!("extent piece outside record at {origin}"))
+                })?;
+                (bytes, s)
+            }
+        };
+        let spec = AppendSpec {
+            key: &key,
+            value,
+            flags: view.flags(),
+            extent_offset,
+            version: Some(view.version()),
+            origin: Some(origin),
+        };
+        let (_, len, _) = self.append_now(&spec)?;
+        Ok(Step::Appended(u64::from(len)))
+    }
+
+    /// Copies the record at `origin` forward if it is live; bytes copied.
+    async fn relocate(&self, origin: u64, view: &RecordView<'_>) -> Result<u64> {
+        let mut copied = 0;
+        for _ in 0..RELOCATE_ROUNDS {
+            self.reserve_space(view.len() as u64, true).await?;
+            match self.relocate_step(origin, view)? {
+                Step::Done => return Ok(copied),
+                Step::Appended(n) => copied += n,
+                Step::Blocked => {
+                    let head = self.log.borrow().head;
+                    self.wait_durable(head).await?;
+                }
+            }
+        }
+        Err(StoreError::Invalid(format!(
+            "cleaner: record at {origin} kept changing"
+        )))
+    }
+
+    /// One cleaning pass: relocates live records from the oldest part of the
+    /// log (at least one segment, at most a quarter of the log), then
+    /// checkpoints so the space can be reused.
+    pub async fn clean(&self) -> Result<CleanReport> {
+        self.check_writable()?;
+        let (start, limit, budget) = {
+            let log = self.log.borrow();
+            let published = log.pending.front().map_or(log.durable, |p| p.addr);
+            let used = log.head - log.tail;
+            let live = self.live_bytes.get();
+            let budget = used
+                .saturating_sub(live + live / 4)
+                .clamp(self.config.segment_bytes, self.geo.log_bytes / 4);
+            (log.clean_upto, published, budget)
+        };
+        let end = limit.min(start + budget);
+        let ring = self.geo.ring_bytes;
+        let mut report = CleanReport::default();
+        let mut reader = LogReader::default();
+        let mut at = start;
+        while at < end {
+            let left = ring - at % ring;
+            if left < HEADER_BYTES as u64 {
+                at += left;
+                continue;
+            }
+            let bytes = self.read_for_clean(&mut reader, at, left).await?;
+            let view = RecordView::parse(&bytes).map_err(|source| StoreError::Corrupt {
+                device: self.device.clone(),
+                addr: at,
+                source,
+            })?;
+            let f = view.flags();
+            let dead = f.has(RecordFlags::PAD) || f.has(RecordFlags::TOMBSTONE);
+            if !dead {
+                let n = self.relocate(at, &view).await?;
+                if n > 0 {
+                    report.records_copied += 1;
+                    report.bytes_copied += n;
+                }
+            }
+            at += view.len() as u64;
+            glommio::yield_if_needed().await;
+        }
+        let head = self.log.borrow().head;
+        self.wait_durable(head).await?;
+        report.scanned_bytes = at - start;
+        self.log.borrow_mut().clean_upto = at;
+        report.checkpoint = Some(self.checkpoint().await?);
+        let mut c = self.counters.borrow_mut();
+        c.cleaner_passes += 1;
+        c.cleaner_records_copied += report.records_copied;
+        c.cleaner_bytes_copied += report.bytes_copied;
+        Ok(report)
+    }
+
+    async fn read_for_clean(&self, reader: &mut LogReader, at: u64, left: u64) -> Result<Vec<u8>> {
+        let corrupt = |what: &'static str| StoreError::Corrupt {
+            device: self.device.clone(),
+            addr: at,
+            source: ferrite_proto::FormatError::Mismatch(what),
+        };
+        let head = reader
+            .get(self, at, HEADER_BYTES)
+            .await?
+            .ok_or_else(|| corrupt("record crosses the log end"))?;
+        let vl = u32::from_le_bytes([
+            head[OFF_VALUE_LEN],
+            head[OFF_VALUE_LEN + 1],
+            head[OFF_VALUE_LEN + 2],
+            head[OFF_VALUE_LEN + 3],
+        ]) as u64;
+        let n = left.min(HEADER_BYTES as u64 + 8192 + vl + 8) as usize;
+        let b = reader
+            .get(self, at, n)
+            .await?
+            .ok_or_else(|| corrupt("record crosses the log end"))?;
+        Ok(b.to_vec())
+    }
+
+    /// Runs cleaning passes whenever [`Store::cleaning_wanted`], until
+    /// [`Store::stop_cleaner`]; checks every `idle`.
+    pub async fn run_cleaner(self: Rc<Self>, idle: Duration) {
+        self.cleaner_stop.set(false);
+        while !self.cleaner_stop.get() && self.check_writable().is_ok() {
+            if !self.cleaning_wanted() {
+                glommio::timer::sleep(idle).await;
+                continue;
+            }
+            if let Err(e) = self.clean().await {
+                tracing::warn!(device = %self.device, error = %e, "cleaning pass failed");
+                glommio::timer::sleep(idle * 20).await;
+            }
+        }
+    }
+
+    /// Spawns [`Store::run_cleaner`] on a low-share, latency-insensitive task
+    /// queue of the current executor.
+    pub fn spawn_cleaner(self: &Rc<Self>) -> glommio::task::JoinHandle<()> {
+        let tq = glommio::executor().create_task_queue(
+            Shares::Static(CLEANER_SHARES),
+            Latency::NotImportant,
+            "store-cleaner",
+        );
+        let fut = Rc::clone(self).run_cleaner(Duration::from_millis(2));
+        match glommio::spawn_local_into(fut, tq) {
+            Ok(t) => t.detach(),
+            Err(_) => {
+                glommio::spawn_local(Rc::clone(self).run_cleaner(Duration::from_millis(2))).detach()
+            }
+        }
+    }
+
+    /// Asks a running cleaner to stop after its current pass.
+    pub fn stop_cleaner(&self) {
+        self.cleaner_stop.set(true);
+    }
+}

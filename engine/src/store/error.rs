@@ -1,0 +1,65 @@
+//! Errors of the record store.
+
+use ferrite_bdev::BdevError;
+use ferrite_proto::FormatError;
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A device operation failed. Writes and flushes also poison the store.
+    #[error("store on {device}: {op} failed: {source}")]
+    Device {
+        device: String,
+        op: &'static str,
+        #[source]
+        source: BdevError,
+    },
+    /// An earlier write or flush failed; the store refuses writes until it is
+    /// reopened (what reached the media is unknown).
+    #[error("store on {device} is poisoned by an earlier failure ({cause}); reopen it")]
+    Poisoned { device: String, cause: String },
+    /// A record read back from the device failed its checks (CRC, key, address).
+    #[error("record at log address {addr} on {device} is corrupt: {source}")]
+    Corrupt {
+        device: String,
+        addr: u64,
+        #[source]
+        source: FormatError,
+    },
+    /// Bad input from the caller (key or value too long, bad extent ...).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The key holds the other kind of value (single value vs byte array).
+    #[error("key holds a {holds}, not a {wanted}")]
+    WrongKind {
+        holds: &'static str,
+        wanted: &'static str,
+    },
+    /// No free bucket slot for a new key (grow `bucket_count`).
+    #[error("bucket index is full ({keys} keys); configure more buckets")]
+    IndexFull { keys: usize },
+    /// The device log has no room even after cleaning.
+    #[error("log on {device} is full: {used} of {capacity} bytes in use, {live} live")]
+    LogFull {
+        device: String,
+        used: u64,
+        capacity: u64,
+        live: u64,
+    },
+    /// The checkpoint of the index does not fit its area on the device.
+    #[error("checkpoint needs {need} bytes, area holds {have}")]
+    CheckpointTooLarge { need: u64, have: u64 },
+    /// Device geometry or on-device metadata is not what this store can use.
+    #[error("store on {device}: {reason}")]
+    Layout { device: String, reason: String },
+    /// A region could not be created.
+    #[error("region {name}: {source}")]
+    Region {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}

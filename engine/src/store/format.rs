@@ -1,0 +1,317 @@
+//! On-device layouts of the store: the superblock and the checkpoint of the
+//! index. Records in the log use the shared record format of
+//! `ferrite_proto::record`. Every byte is described in `engine/FORMAT.md`.
+//!
+//! ```text
+//! device: | superblock (1 header unit) | checkpoint area 0 | checkpoint area 1 | log ... |
+//! ```
+
+use crate::store::error::{Result, StoreError};
+
+pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"FSTO");
+pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"FCKP");
+pub const STORE_FORMAT_VERSION: u32 = 1;
+/// Bytes reserved for the superblock and for each checkpoint header.
+pub const HEADER_UNIT_BYTES: u64 = 4096;
+
+// Superblock offsets.
+pub const SB_MAGIC: usize = 0;
+pub const SB_FORMAT: usize = SB_MAGIC + 4;
+pub const SB_BLOCK_SIZE: usize = SB_FORMAT + 4;
+pub const SB_RESERVED: usize = SB_BLOCK_SIZE + 4;
+pub const SB_CKPT_OFFSET: usize = SB_RESERVED + 4;
+pub const SB_CKPT_BYTES: usize = SB_CKPT_OFFSET + 8;
+pub const SB_LOG_OFFSET: usize = SB_CKPT_BYTES + 8;
+pub const SB_LOG_BYTES: usize = SB_LOG_OFFSET + 8;
+pub const SB_RING_BYTES: usize = SB_LOG_BYTES + 8;
+pub const SB_MAX_COMMIT: usize = SB_RING_BYTES + 8;
+pub const SB_DEVICE_BYTES: usize = SB_MAX_COMMIT + 8;
+pub const SB_CRC: usize = SB_DEVICE_BYTES + 8;
+pub const SB_BYTES: usize = SB_CRC + 8;
+const _: () = assert!(SB_CRC == 72);
+const _: () = assert!(SB_BYTES == 80);
+
+// Checkpoint header offsets.
+pub const CK_MAGIC: usize = 0;
+pub const CK_FORMAT: usize = CK_MAGIC + 4;
+pub const CK_GENERATION: usize = CK_FORMAT + 4;
+pub const CK_REPLAY_START: usize = CK_GENERATION + 8;
+pub const CK_LOG_TAIL: usize = CK_REPLAY_START + 8;
+pub const CK_NEXT_VERSION: usize = CK_LOG_TAIL + 8;
+pub const CK_ENTRY_COUNT: usize = CK_NEXT_VERSION + 8;
+pub const CK_BODY_BYTES: usize = CK_ENTRY_COUNT + 8;
+pub const CK_BODY_CRC: usize = CK_BODY_BYTES + 8;
+pub const CK_HEADER_CRC: usize = CK_BODY_CRC + 4;
+pub const CK_HEADER_BYTES: usize = CK_HEADER_CRC + 4;
+const _: () = assert!(CK_HEADER_BYTES == 64);
+
+// Checkpoint entry offsets.
+pub const CE_KIND: usize = 0;
+pub const CE_RESERVED0: usize = CE_KIND + 1;
+pub const CE_DKEY_LEN: usize = CE_RESERVED0 + 1;
+pub const CE_AKEY_LEN: usize = CE_DKEY_LEN + 2;
+pub const CE_RESERVED1: usize = CE_AKEY_LEN + 2;
+pub const CE_CONTAINER: usize = CE_RESERVED1 + 2;
+pub const CE_OBJECT: usize = CE_CONTAINER + 8;
+pub const CE_VERSION: usize = CE_OBJECT + 16;
+pub const CE_ADDR: usize = CE_VERSION + 8;
+pub const CE_LEN: usize = CE_ADDR + 8;
+pub const CE_PIECES: usize = CE_LEN + 4;
+pub const CE_FIXED_BYTES: usize = CE_PIECES + 4;
+pub const PIECE_BYTES: usize = 32;
+const _: () = assert!(CE_FIXED_BYTES == 56);
+/// Entry kinds.
+pub const KIND_SINGLE: u8 = 1;
+pub const KIND_ARRAY: u8 = 2;
+
+pub(crate) fn get_u16(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+pub(crate) fn get_u32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+pub(crate) fn get_u64(b: &[u8], o: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(w)
+}
+pub(crate) fn get_u128(b: &[u8], o: usize) -> u128 {
+    let mut w = [0u8; 16];
+    w.copy_from_slice(&b[o..o + 16]);
+    u128::from_le_bytes(w)
+}
+pub(crate) fn put(b: &mut [u8], o: usize, v: &[u8]) {
+    b[o..o + v.len()].copy_from_slice(v);
+}
+
+/// Where everything lives on the device; fixed when the device is formatted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub block_size: u32,
+    pub checkpoint_offset: u64,
+    /// Bytes of each of the two checkpoint areas (header unit included).
+    pub checkpoint_bytes: u64,
+    pub log_offset: u64,
+    /// Bytes of the circular device log; a multiple of `ring_bytes`.
+    pub log_bytes: u64,
+    /// Bytes of the memory ring; records never cross a multiple of it.
+    pub ring_bytes: u64,
+    /// Largest single log write; recovery zeroes this much past the cut.
+    pub max_commit_bytes: u64,
+    pub device_bytes: u64,
+}
+
+impl Geometry {
+    /// Lays out a device of `device_bytes`.
+    pub fn plan(
+        device: &str,
+        device_bytes: u64,
+        block_size: u32,
+        ring_bytes: u64,
+        checkpoint_bytes: u64,
+        max_commit_bytes: u64,
+    ) -> Result<Self> {
+        let bad = |reason: String| StoreError::Layout {
+            device: device.to_string(),
+            reason,
+        };
+        let bs = u64::from(block_size);
+        if bs == 0 || HEADER_UNIT_BYTES % bs != 0 {
+            return Err(bad(format!("block size {bs} does not divide 4096")));
+        }
+        if ring_bytes < 4 * HEADER_UNIT_BYTES || ring_bytes % HEADER_UNIT_BYTES != 0 {
+            return Err(bad(format!(
+                "ring_bytes {ring_bytes} must be a multiple of 4096 and at least 16 KiB"
+            )));
+        }
+        let ckpt = if checkpoint_bytes == 0 {
+            (device_bytes / 8).clamp(64 << 10, 1 << 30)
+        } else {
+            checkpoint_bytes
+        };
+        let ckpt = ckpt.div_ceil(HEADER_UNIT_BYTES) * HEADER_UNIT_BYTES;
+        let log_offset = HEADER_UNIT_BYTES + 2 * ckpt;
+        let room = device_bytes.saturating_sub(log_offset);
+        let log_bytes = room / ring_bytes * ring_bytes;
+        if log_bytes < 2 * ring_bytes {
+            return Err(bad(format!(
+                "device of {device_bytes} bytes leaves {room} for the log, need at least 2 rings of {ring_bytes}"
+            )));
+        }
+        let max_commit = max_commit_bytes.clamp(HEADER_UNIT_BYTES, ring_bytes / 2);
+        let max_commit = max_commit / HEADER_UNIT_BYTES * HEADER_UNIT_BYTES;
+        Ok(Self {
+            block_size,
+            checkpoint_offset: HEADER_UNIT_BYTES,
+            checkpoint_bytes: ckpt,
+            log_offset,
+            log_bytes,
+            ring_bytes,
+            max_commit_bytes: max_commit,
+            device_bytes,
+        })
+    }
+
+    /// Device offset of log address `addr`.
+    pub fn log_device_offset(&self, addr: u64) -> u64 {
+        self.log_offset + addr % self.log_bytes
+    }
+    /// Device offset of checkpoint area `i` (0 or 1).
+    pub fn checkpoint_area(&self, i: u64) -> u64 {
+        self.checkpoint_offset + (i % 2) * self.checkpoint_bytes
+    }
+
+    pub fn encode_superblock(&self, out: &mut [u8]) {
+        out[..SB_BYTES].fill(0);
+        put(out, SB_MAGIC, &SUPER_MAGIC.to_le_bytes());
+        put(out, SB_FORMAT, &STORE_FORMAT_VERSION.to_le_bytes());
+        put(out, SB_BLOCK_SIZE, &self.block_size.to_le_bytes());
+        put(out, SB_CKPT_OFFSET, &self.checkpoint_offset.to_le_bytes());
+        put(out, SB_CKPT_BYTES, &self.checkpoint_bytes.to_le_bytes());
+        put(out, SB_LOG_OFFSET, &self.log_offset.to_le_bytes());
+        put(out, SB_LOG_BYTES, &self.log_bytes.to_le_bytes());
+        put(out, SB_RING_BYTES, &self.ring_bytes.to_le_bytes());
+        put(out, SB_MAX_COMMIT, &self.max_commit_bytes.to_le_bytes());
+        put(out, SB_DEVICE_BYTES, &self.device_bytes.to_le_bytes());
+        let crc = crc32fast::hash(&out[..SB_CRC]);
+        put(out, SB_CRC, &crc.to_le_bytes());
+    }
+
+    /// Decodes a superblock; `Ok(None)` if the block is all zeros (a device
+    /// never formatted).
+    pub fn decode_superblock(device: &str, b: &[u8]) -> Result<Option<Self>> {
+        if b[..SB_BYTES].iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        let bad = |reason: String| StoreError::Layout {
+            device: device.to_string(),
+            reason,
+        };
+        if get_u32(b, SB_MAGIC) != SUPER_MAGIC {
+            return Err(bad("block 0 is not a ferrite store superblock".into()));
+        }
+        let crc = crc32fast::hash(&b[..SB_CRC]);
+        if get_u32(b, SB_CRC) != crc {
+            return Err(bad("superblock checksum mismatch".into()));
+        }
+        let format = get_u32(b, SB_FORMAT);
+        if format != STORE_FORMAT_VERSION {
+            return Err(bad(format!("unsupported store format {format}")));
+        }
+        let g = Self {
+            block_size: get_u32(b, SB_BLOCK_SIZE),
+            checkpoint_offset: get_u64(b, SB_CKPT_OFFSET),
+            checkpoint_bytes: get_u64(b, SB_CKPT_BYTES),
+            log_offset: get_u64(b, SB_LOG_OFFSET),
+            log_bytes: get_u64(b, SB_LOG_BYTES),
+            ring_bytes: get_u64(b, SB_RING_BYTES),
+            max_commit_bytes: get_u64(b, SB_MAX_COMMIT),
+            device_bytes: get_u64(b, SB_DEVICE_BYTES),
+        };
+        let sane = g.ring_bytes >= 4 * HEADER_UNIT_BYTES
+            && g.ring_bytes % HEADER_UNIT_BYTES == 0
+            && g.log_bytes >= g.ring_bytes
+            && g.log_bytes % g.ring_bytes == 0
+            && g.log_offset
+                .checked_add(g.log_bytes)
+                .is_some_and(|e| e <= g.device_bytes)
+            && g.checkpoint_offset + 2 * g.checkpoint_bytes <= g.log_offset
+            && g.max_commit_bytes >= HEADER_UNIT_BYTES
+            && g.max_commit_bytes <= g.ring_bytes;
+        if !sane {
+            return Err(bad(format!("superblock geometry is inconsistent: {g:?}")));
+        }
+        Ok(Some(g))
+    }
+}
+
+/// Header of one checkpoint area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CheckpointHeader {
+    pub generation: u64,
+    /// Replay the log from here: every record before it is in the checkpoint.
+    pub replay_start: u64,
+    /// Oldest log address still in use; every referenced record is at or after it.
+    pub log_tail: u64,
+    pub next_version: u64,
+    pub entry_count: u64,
+    pub body_bytes: u64,
+    pub body_crc: u32,
+}
+
+impl CheckpointHeader {
+    pub fn encode(&self, out: &mut [u8]) {
+        out[..CK_HEADER_BYTES].fill(0);
+        put(out, CK_MAGIC, &CHECKPOINT_MAGIC.to_le_bytes());
+        put(out, CK_FORMAT, &STORE_FORMAT_VERSION.to_le_bytes());
+        put(out, CK_GENERATION, &self.generation.to_le_bytes());
+        put(out, CK_REPLAY_START, &self.replay_start.to_le_bytes());
+        put(out, CK_LOG_TAIL, &self.log_tail.to_le_bytes());
+        put(out, CK_NEXT_VERSION, &self.next_version.to_le_bytes());
+        put(out, CK_ENTRY_COUNT, &self.entry_count.to_le_bytes());
+        put(out, CK_BODY_BYTES, &self.body_bytes.to_le_bytes());
+        put(out, CK_BODY_CRC, &self.body_crc.to_le_bytes());
+        let crc = crc32fast::hash(&out[..CK_HEADER_CRC]);
+        put(out, CK_HEADER_CRC, &crc.to_le_bytes());
+    }
+
+    /// `None` if the area holds no valid header.
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if get_u32(b, CK_MAGIC) != CHECKPOINT_MAGIC
+            || get_u32(b, CK_FORMAT) != STORE_FORMAT_VERSION
+            || get_u32(b, CK_HEADER_CRC) != crc32fast::hash(&b[..CK_HEADER_CRC])
+        {
+            return None;
+        }
+        Some(Self {
+            generation: get_u64(b, CK_GENERATION),
+            replay_start: get_u64(b, CK_REPLAY_START),
+            log_tail: get_u64(b, CK_LOG_TAIL),
+            next_version: get_u64(b, CK_NEXT_VERSION),
+            entry_count: get_u64(b, CK_ENTRY_COUNT),
+            body_bytes: get_u64(b, CK_BODY_BYTES),
+            body_crc: get_u32(b, CK_BODY_CRC),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn superblock_roundtrip_and_corruption() {
+        let g = Geometry::plan("t", 64 << 20, 4096, 1 << 20, 0, 4 << 20).unwrap();
+        assert_eq!(g.log_bytes % g.ring_bytes, 0);
+        assert_eq!(g.max_commit_bytes, 512 << 10);
+        let mut b = vec![0u8; 4096];
+        assert!(Geometry::decode_superblock("t", &b).unwrap().is_none());
+        g.encode_superblock(&mut b);
+        assert_eq!(Geometry::decode_superblock("t", &b).unwrap(), Some(g));
+        b[SB_LOG_BYTES] ^= 1;
+        assert!(Geometry::decode_superblock("t", &b).is_err());
+    }
+
+    #[test]
+    fn checkpoint_header_roundtrip_and_corruption() {
+        let h = CheckpointHeader {
+            generation: 3,
+            replay_start: 4096,
+            log_tail: 0,
+            next_version: 99,
+            entry_count: 2,
+            body_bytes: 200,
+            body_crc: 7,
+        };
+        let mut b = vec![0u8; 64];
+        h.encode(&mut b);
+        assert_eq!(CheckpointHeader::decode(&b), Some(h));
+        b[CK_GENERATION] ^= 0x10;
+        assert_eq!(CheckpointHeader::decode(&b), None);
+    }
+
+    #[test]
+    fn tiny_device_is_refused() {
+        assert!(Geometry::plan("t", 1 << 20, 4096, 1 << 20, 0, 1 << 20).is_err());
+    }
+}

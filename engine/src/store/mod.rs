@@ -1,0 +1,321 @@
+//! The record store of one target: a record log, lock-free metadata buckets,
+//! group commit, checkpoints, recovery and a log cleaner.
+//!
+//! A [`Store`] lives on one xstream (it is `!Send`); all its methods take
+//! `&self`, so many requests of that xstream run on it concurrently.
+//!
+//! An update appends a record (`ferrite_proto::record`) to the memory ring in
+//! the log [`Region`], writes it to the device log, shares one flush with the
+//! updates that arrived meanwhile (group commit), then — once durable —
+//! publishes the key's bucket slot (`ferrite_proto::bucket`) and sets the
+//! superseded bit of the key's previous record, and only then returns. Clients
+//! read buckets and records one-sided out of the two regions ([`Store::regions`]).
+//! Records evicted from the ring are still reachable through the same slot:
+//! their log address names their place on the device, and [`Store::fetch`]
+//! reads them from there, checking the CRC.
+//!
+//! Checkpoints of the index ([`Store::checkpoint`]) bound recovery, which
+//! replays the log after the last one and cuts a torn tail. The cleaner
+//! ([`Store::spawn_cleaner`]) copies live records forward so the log stays
+//! within about twice the live data. Device layout: `engine/FORMAT.md`.
+//!
+//! ```
+//! use ferrite_engine::store::{Store, StoreConfig};
+//! use ferrite_proto::key::RecordKey;
+//!
+//! glommio::LocalExecutorBuilder::default()
+//!     .spawn(|| async move {
+//!         let bdev = ferrite_bdev::open("malloc:16M").unwrap();
+//!         let store = Store::open(bdev, StoreConfig::small()).await.unwrap();
+//!         let key = RecordKey::new(1, 7, b"dkey", b"akey");
+//!         let v1 = store.update(&key, b"hello").await.unwrap();
+//!         let (version, value) = store.fetch(&key).await.unwrap().unwrap();
+//!         assert_eq!((version, value.as_slice()), (v1, b"hello".as_slice()));
+//!         store.punch(&key).await.unwrap();
+//!         assert!(store.fetch(&key).await.unwrap().is_none());
+//!     })
+//!     .unwrap()
+//!     .join()
+//!     .unwrap();
+//! ```
+
+mod apply;
+mod buckets;
+mod checkpoint;
+mod cleaner;
+mod dir;
+mod error;
+mod format;
+mod log;
+mod ops;
+mod recover;
+
+pub use checkpoint::CheckpointInfo;
+pub use cleaner::{CleanReport, CLEANER_SHARES};
+pub use error::{Result, StoreError};
+pub use format::Geometry;
+pub use ops::EXTENT_READ_MAX_BYTES;
+
+use crate::region::Region;
+use buckets::BucketTable;
+use dir::Directory;
+use ferrite_bdev::{BdevRef, Channel};
+use ferrite_proto::region::{Provider, RegionDescriptor, RegionKind};
+use futures::channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+/// How to open a store. Geometry fields (`ring_bytes`, `checkpoint_bytes`,
+/// `max_commit_bytes`) apply when the device is formatted (first open);
+/// later opens use what the superblock says.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Target index (goes into region descriptors).
+    pub target: u16,
+    /// Region id of the bucket region; the log ring gets `region_id + 1`.
+    pub region_id: u32,
+    /// Main-area buckets, a power of two (3 slots each).
+    pub bucket_count: u64,
+    /// Overflow buckets for chaining.
+    pub overflow_buckets: u32,
+    /// Memory ring bytes (multiple of 4096); records up to half of it.
+    pub ring_bytes: u64,
+    /// Bytes per checkpoint area; 0 = an eighth of the device (≤ 1 GiB).
+    pub checkpoint_bytes: u64,
+    /// Largest single log write of a group commit.
+    pub max_commit_bytes: u64,
+    /// The cleaner's unit of work.
+    pub segment_bytes: u64,
+    /// Back regions with 2 MiB huge pages.
+    pub hugetlb: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            target: 0,
+            region_id: 0,
+            bucket_count: 1 << 18,
+            overflow_buckets: 1 << 16,
+            ring_bytes: 64 << 20,
+            checkpoint_bytes: 0,
+            max_commit_bytes: 4 << 20,
+            segment_bytes: 4 << 20,
+            hugetlb: false,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// A configuration for small devices and tests: 4096 main buckets,
+    /// a 1 MiB ring, 256 KiB cleaner segments.
+    pub fn small() -> Self {
+        Self {
+            bucket_count: 1 << 12,
+            overflow_buckets: 1 << 10,
+            ring_bytes: 1 << 20,
+            max_commit_bytes: 256 << 10,
+            segment_bytes: 256 << 10,
+            ..Self::default()
+        }
+    }
+}
+
+/// Outcome of a conditional update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conditional {
+    /// Written; the new version.
+    Applied(u64),
+    /// Not written; the key's current version (`None`: absent).
+    Conflict(Option<u64>),
+}
+
+/// Condition of [`Store::update_if`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// Only if the key is absent.
+    Absent,
+    /// Only if the key's current version is this one.
+    Version(u64),
+}
+
+/// The two regions a target exports and the parameters of their descriptors.
+#[derive(Debug, Clone)]
+pub struct StoreRegions {
+    pub buckets: Arc<Region>,
+    pub log: Arc<Region>,
+    /// Main-area bucket count (descriptor `param` of the bucket region).
+    pub main_bucket_count: u64,
+    /// Ring bytes (descriptor `param` of the log region).
+    pub ring_bytes: u64,
+    pub target: u16,
+}
+
+impl StoreRegions {
+    /// Descriptors of both regions for `provider` (access key and remote
+    /// address left 0 for the provider to fill in).
+    pub fn descriptors(&self, provider: Provider) -> [RegionDescriptor; 2] {
+        let d = |r: &Region, kind, param| RegionDescriptor {
+            provider,
+            kind,
+            target: self.target,
+            region_id: r.id(),
+            length: r.len() as u64,
+            param,
+            access_key: 0,
+            remote_addr: 0,
+        };
+        [
+            d(&self.buckets, RegionKind::Buckets, self.main_bucket_count),
+            d(&self.log, RegionKind::Log, self.ring_bytes),
+        ]
+    }
+}
+
+/// Counters and sizes, for `ferrite bench store` and metrics.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StoreStats {
+    pub keys: usize,
+    pub live_bytes: u64,
+    pub log_used_bytes: u64,
+    pub log_capacity_bytes: u64,
+    pub head: u64,
+    pub durable: u64,
+    pub tail: u64,
+    pub ring_bytes: u64,
+    pub commits: u64,
+    pub records_appended: u64,
+    pub bytes_appended: u64,
+    pub device_reads: u64,
+    pub cleaner_passes: u64,
+    pub cleaner_records_copied: u64,
+    pub cleaner_bytes_copied: u64,
+    pub checkpoints: u64,
+    pub bucket_slots_used: usize,
+    pub bucket_count_total: u32,
+    pub overflow_buckets_free: usize,
+    pub bucket_region_bytes: usize,
+    /// Estimated heap bytes of the key directory (sorted keys, versions,
+    /// extent maps).
+    pub directory_bytes: usize,
+    pub poisoned: bool,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    commits: u64,
+    records_appended: u64,
+    bytes_appended: u64,
+    device_reads: u64,
+    cleaner_passes: u64,
+    cleaner_records_copied: u64,
+    cleaner_bytes_copied: u64,
+    checkpoints: u64,
+}
+
+/// The record store of one target. See the module docs.
+pub struct Store {
+    device: String,
+    _bdev: BdevRef,
+    chan: Box<dyn Channel>,
+    geo: Geometry,
+    config: StoreConfig,
+    ring: Arc<Region>,
+    table: RefCell<BucketTable>,
+    dir: RefCell<Directory>,
+    log: RefCell<log::LogState>,
+    committing: Cell<bool>,
+    waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    poison: RefCell<Option<String>>,
+    next_version: Cell<u64>,
+    live_bytes: Cell<u64>,
+    counters: RefCell<Counters>,
+    checkpoint_generation: Cell<u64>,
+    checkpoint_lock: glommio::sync::Semaphore,
+    cleaner_stop: Cell<bool>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("device", &self.device)
+            .field("geometry", &self.geo)
+            .finish()
+    }
+}
+
+impl Store {
+    /// The exported regions and their descriptor parameters.
+    pub fn regions(&self) -> StoreRegions {
+        StoreRegions {
+            buckets: Arc::clone(self.table.borrow().region()),
+            log: Arc::clone(&self.ring),
+            main_bucket_count: self.table.borrow().main_count(),
+            ring_bytes: self.geo.ring_bytes,
+            target: self.config.target,
+        }
+    }
+
+    /// Device layout in use.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let log = self.log.borrow();
+        let t = self.table.borrow();
+        let c = self.counters.borrow();
+        let dir = self.dir.borrow();
+        StoreStats {
+            keys: dir.len(),
+            live_bytes: self.live_bytes.get(),
+            log_used_bytes: log.head - log.tail,
+            log_capacity_bytes: self.geo.log_bytes,
+            head: log.head,
+            durable: log.durable,
+            tail: log.tail,
+            ring_bytes: self.geo.ring_bytes,
+            commits: c.commits,
+            records_appended: c.records_appended,
+            bytes_appended: c.bytes_appended,
+            device_reads: c.device_reads,
+            cleaner_passes: c.cleaner_passes,
+            cleaner_records_copied: c.cleaner_records_copied,
+            cleaner_bytes_copied: c.cleaner_bytes_copied,
+            checkpoints: c.checkpoints,
+            bucket_slots_used: t.used_slots(),
+            bucket_count_total: t.total_count(),
+            overflow_buckets_free: t.free_overflow(),
+            bucket_region_bytes: t.region().len(),
+            directory_bytes: dir.estimated_bytes(),
+            poisoned: self.poison.borrow().is_some(),
+        }
+    }
+
+    /// `Err(Poisoned)` once a write or flush has failed.
+    pub fn check_writable(&self) -> Result<()> {
+        match &*self.poison.borrow() {
+            None => Ok(()),
+            Some(cause) => Err(StoreError::Poisoned {
+                device: self.device.clone(),
+                cause: cause.clone(),
+            }),
+        }
+    }
+
+    fn set_poison(&self, cause: String) {
+        let mut p = self.poison.borrow_mut();
+        if p.is_none() {
+            tracing::error!(device = %self.device, %cause, "store poisoned");
+            *p = Some(cause);
+        }
+    }
+
+    fn device_error(&self, op: &'static str, source: ferrite_bdev::BdevError) -> StoreError {
+        StoreError::Device {
+            device: self.device.clone(),
+            op,
+            source,
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The store's public operations: update, fetch, punch, list, conditional
+//! update.
+
+use super::apply::Head;
+use super::dir::pieces_in;
+use super::log::AppendSpec;
+use super::{Condition, Conditional, Store, StoreError};
+use crate::store::error::Result;
+use ferrite_proto::key::RecordKey;
+use ferrite_proto::record::{record_len, RecordFlags, RecordView, VALUE_MAX_BYTES};
+
+/// Largest `fetch_extent` length, in bytes.
+pub const EXTENT_READ_MAX_BYTES: u64 = 64 << 20;
+/// Rounds a conditional update waits for a key's pending updates.
+const CONDITIONAL_ROUNDS: u32 = 10_000;
+/// Re-reads of a record the cleaner moved while it was being read.
+const MOVED_RETRIES: u32 = 8;
+
+/// Where `fetch` found a key.
+enum Found {
+    Absent,
+    Value(u64, Vec<u8>),
+    OnDevice(u64, u32),
+}
+
+impl<'a> AppendSpec<'a> {
+    /// A foreground record: new version, not a cleaner copy.
+    fn new(
+        key: &'a RecordKey<'a>,
+        value: &'a [u8],
+        flags: RecordFlags,
+        extent_offset: u64,
+    ) -> Self {
+        Self {
+            key,
+            value,
+            flags,
+            extent_offset,
+            version: None,
+            origin: None,
+        }
+    }
+}
+
+impl Store {
+    fn validate(key: &RecordKey<'_>, value_len: usize) -> Result<()> {
+        key.validate()
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        if value_len > VALUE_MAX_BYTES {
+            return Err(StoreError::Invalid(format!(
+                "value of {value_len} bytes exceeds {VALUE_MAX_BYTES}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Errs if the key holds the other kind of value.
+    fn check_kind(&self, key: &RecordKey<'_>, array: bool) -> Result<()> {
+        let dir = self.dir.borrow();
+        match dir.get((key.container, key.object), key.dkey, key.akey) {
+            Some(e) if e.extents.is_some() != array => Err(StoreError::WrongKind {
+                holds: e.kind_name(),
+                wanted: if array { "byte array" } else { "single value" },
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_index_room(&self) -> Result<()> {
+        let free = self.table.borrow().free_overflow();
+        if self.log.borrow().pending_new_keys + 1 >= free {
+            return Err(StoreError::IndexFull {
+                keys: self.dir.borrow().len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends one record and returns its version once it is durable and
+    /// published.
+    async fn write(&self, spec: AppendSpec<'_>, array: Option<bool>) -> Result<u64> {
+        let len = record_len(spec.key, spec.value.len()) as u64;
+        self.reserve_space(len, false).await?;
+        if let Some(array) = array {
+            self.check_kind(spec.key, array)?;
+            self.check_index_room()?;
+        }
+        let (addr, len, version) = self.append_now(&spec)?;
+        self.wait_durable(addr + u64::from(len)).await?;
+        Ok(version)
+    }
+
+    /// Replaces the key's single value; returns the new version.
+    pub async fn update(&self, key: &RecordKey<'_>, value: &[u8]) -> Result<u64> {
+        Self::validate(key, value.len())?;
+        let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
+        self.write(spec, Some(false)).await
+    }
+
+    /// Writes `bytes` at `offset` of the key's byte array; returns the new
+    /// version.
+    pub async fn update_extent(
+        &self,
+        key: &RecordKey<'_>,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<u64> {
+        Self::validate(key, bytes.len())?;
+        if bytes.is_empty() || offset.checked_add(bytes.len() as u64).is_none() {
+            return Err(StoreError::Invalid(format!(
+                "extent of {} bytes at {offset} is empty or overflows",
+                bytes.len()
+            )));
+        }
+        let spec = AppendSpec::new(
+            key,
+            bytes,
+            RecordFlags::empty().with(RecordFlags::EXTENT),
+            offset,
+        );
+        self.write(spec, Some(true)).await
+    }
+
+    /// Writes the single value only if `cond` holds against the key's latest
+    /// state (pending updates of the key are waited for first).
+    pub async fn update_if(
+        &self,
+        key: &RecordKey<'_>,
+        value: &[u8],
+        cond: Condition,
+    ) -> Result<Conditional> {
+        Self::validate(key, value.len())?;
+        let len = record_len(key, value.len()) as u64;
+        let hash = key.hash().0;
+        for _ in 0..CONDITIONAL_ROUNDS {
+            self.reserve_space(len, false).await?;
+            if self.has_pending(hash) {
+                let head = self.log.borrow().head;
+                self.wait_durable(head).await?;
+                continue;
+            }
+            let current = self
+                .dir
+                .borrow()
+                .get((key.container, key.object), key.dkey, key.akey)
+                .map(|e| e.version);
+            let holds = match cond {
+                Condition::Absent => current.is_none(),
+                Condition::Version(v) => current == Some(v),
+            };
+            if !holds {
+                return Ok(Conditional::Conflict(current));
+            }
+            self.check_kind(key, false)?;
+            self.check_index_room()?;
+            let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
+            let (addr, len, version) = self.append_now(&spec)?;
+            self.wait_durable(addr + u64::from(len)).await?;
+            return Ok(Conditional::Applied(version));
+        }
+        Err(StoreError::Invalid(
+            "conditional update: the key never stopped changing".into(),
+        ))
+    }
+
+    async fn punch_with(&self, key: &RecordKey<'_>, flags: RecordFlags) -> Result<u64> {
+        Self::validate(key, 0)?;
+        let spec = AppendSpec::new(key, &[], flags.with(RecordFlags::TOMBSTONE), 0);
+        self.write(spec, None).await
+    }
+
+    /// Deletes one akey (either kind of value). Returns the punch's version.
+    pub async fn punch(&self, key: &RecordKey<'_>) -> Result<u64> {
+        self.punch_with(key, RecordFlags::empty()).await
+    }
+
+    /// Deletes every akey of a dkey.
+    pub async fn punch_dkey(&self, container: u64, object: u128, dkey: &[u8]) -> Result<u64> {
+        let key = RecordKey::new(container, object, dkey, b"");
+        self.punch_with(&key, RecordFlags::empty().with(RecordFlags::PUNCH_DKEY))
+            .await
+    }
+
+    /// Deletes every key of an object.
+    pub async fn punch_object(&self, container: u64, object: u128) -> Result<u64> {
+        let key = RecordKey::new(container, object, b"", b"");
+        self.punch_with(&key, RecordFlags::empty().with(RecordFlags::PUNCH_OBJECT))
+            .await
+    }
+
+    /// Dkeys of an object strictly after `after`, sorted, at most `limit`.
+    pub fn list_dkeys(
+        &self,
+        container: u64,
+        object: u128,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<Vec<u8>> {
+        self.dir
+            .borrow()
+            .list_dkeys((container, object), after, limit)
+    }
+
+    /// Akeys of a dkey strictly after `after`, sorted, at most `limit`.
+    pub fn list_akeys(
+        &self,
+        container: u64,
+        object: u128,
+        dkey: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<Vec<u8>> {
+        self.dir
+            .borrow()
+            .list_akeys((container, object), dkey, after, limit)
+    }
+
+    /// The key's current version, if present (no I/O).
+    pub fn version_of(&self, key: &RecordKey<'_>) -> Option<u64> {
+        self.dir
+            .borrow()
+            .get((key.container, key.object), key.dkey, key.akey)
+            .map(|e| e.version)
+    }
+
+    /// Looks the key up through the buckets, as a one-sided reader would,
+    /// resolving resident records from the ring without I/O.
+    fn lookup(&self, key: &RecordKey<'_>) -> Result<Found> {
+        let hash = key.hash();
+        let fp = hash.fingerprint();
+        let hit = self.table.borrow().find(hash.0, fp, |_, slot| {
+            if !self.resident(slot.addr) {
+                return None;
+            }
+            let h = Head::peek(self.ring_slice(slot.addr, slot.length as usize))?;
+            (h.key == *key).then_some(h)
+        });
+        if let Some(h) = hit {
+            if h.flags.has(RecordFlags::EXTENT) {
+                return Err(StoreError::WrongKind {
+                    holds: "byte array",
+                    wanted: "single value",
+                });
+            }
+            return Ok(Found::Value(h.version, h.value.to_vec()));
+        }
+        let dir = self.dir.borrow();
+        match dir.get((key.container, key.object), key.dkey, key.akey) {
+            None => Ok(Found::Absent),
+            Some(e) if e.extents.is_some() => Err(StoreError::WrongKind {
+                holds: "byte array",
+                wanted: "single value",
+            }),
+            Some(e) => Ok(Found::OnDevice(e.addr, e.len)),
+        }
+    }
+
+    /// Reads a record from the device and checks it is `key`'s record at
+    /// `addr`. Returns the parsed record's bytes buffer.
+    pub(crate) async fn read_record(
+        &self,
+        key: &RecordKey<'_>,
+        addr: u64,
+        len: u32,
+    ) -> Result<(ferrite_bdev::IoBuf, usize)> {
+        let (buf, off) = self.read_log(addr, len as usize).await?;
+        let check = RecordView::parse(&buf.as_slice()[off..off + len as usize])
+            .and_then(|v| v.verify_for(key, addr));
+        match check {
+            Ok(()) => Ok((buf, off)),
+            Err(source) => Err(StoreError::Corrupt {
+                device: self.device.clone(),
+                addr,
+                source,
+            }),
+        }
+    }
+
+    /// Did the key's record move away from `addr` (cleaner) or vanish?
+    fn moved(&self, key: &RecordKey<'_>, addr: u64) -> bool {
+        self.dir
+            .borrow()
+            .get((key.container, key.object), key.dkey, key.akey)
+            .is_none_or(|e| !e.references(addr))
+    }
+
+    /// The key's single value and version; `None` if absent.
+    pub async fn fetch(&self, key: &RecordKey<'_>) -> Result<Option<(u64, Vec<u8>)>> {
+        Self::validate(key, 0)?;
+        for _ in 0..MOVED_RETRIES {
+            let (addr, len) = match self.lookup(key)? {
+                Found::Absent => return Ok(None),
+                Found::Value(v, bytes) => return Ok(Some((v, bytes))),
+                Found::OnDevice(addr, len) => (addr, len),
+            };
+            match self.read_record(key, addr, len).await {
+                Ok((buf, off)) => {
+                    let b = &buf.as_slice()[off..off + len as usize];
+                    let v = RecordView::parse(b).map_err(|source| StoreError::Corrupt {
+                        device: self.device.clone(),
+                        addr,
+                        source,
+                    })?;
+                    return Ok(Some((v.version(), v.value().to_vec())));
+                }
+                Err(_) if self.moved(key, addr) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::Invalid("fetch: record kept moving".into()))
+    }
+
+    /// Copies the value bytes of piece `[s, e)` held by the record at `addr`
+    /// into `out` (which starts at array offset `base`).
+    async fn copy_piece(
+        &self,
+        key: &RecordKey<'_>,
+        addr: u64,
+        len: u32,
+        range: (u64, u64),
+        base: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let mut copy = |b: &[u8]| -> Option<()> {
+            let h = Head::peek(b)?;
+            let from = (range.0 - h.extent_offset) as usize;
+            let to = (range.1 - h.extent_offset) as usize;
+            let dst = (range.0 - base) as usize;
+            out[dst..dst + to - from].copy_from_slice(h.value.get(from..to)?);
+            Some(())
+        };
+        if self.resident(addr) {
+            let done = copy(self.ring_slice(addr, len as usize));
+            return done
+                .ok_or_else(|| StoreError::Invalid("extent piece outside its record".into()));
+        }
+        let (buf, off) = self.read_record(key, addr, len).await?;
+        copy(&buf.as_slice()[off..off + len as usize])
+            .ok_or_else(|| StoreError::Invalid("extent piece outside its record".into()))
+    }
+
+    /// `len` bytes of the key's byte array from `offset`: the newest bytes
+    /// written there, holes as zero. `None` if the key is absent.
+    pub async fn fetch_extent(
+        &self,
+        key: &RecordKey<'_>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
+        Self::validate(key, 0)?;
+        let end = offset
+            .checked_add(len)
+            .filter(|_| len <= EXTENT_READ_MAX_BYTES)
+            .ok_or_else(|| StoreError::Invalid(format!("extent read of {len} at {offset}")))?;
+        'retry: for _ in 0..MOVED_RETRIES {
+            let (version, pieces) = {
+                let dir = self.dir.borrow();
+                let Some(e) = dir.get((key.container, key.object), key.dkey, key.akey) else {
+                    return Ok(None);
+                };
+                let Some(map) = &e.extents else {
+                    return Err(StoreError::WrongKind {
+                        holds: "single value",
+                        wanted: "byte array",
+                    });
+                };
+                (e.version, pieces_in(map, offset, end))
+            };
+            let mut out = vec![0u8; len as usize];
+            for (s, p) in pieces {
+                let range = (s.max(offset), p.end.min(end));
+                let r = self
+                    .copy_piece(key, p.rec_addr, p.rec_len, range, offset, &mut out)
+                    .await;
+                match r {
+                    Ok(()) => {}
+                    Err(_) if self.moved(key, p.rec_addr) => continue 'retry,
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(Some((version, out)));
+        }
+        Err(StoreError::Invalid(
+            "fetch_extent: records kept moving".into(),
+        ))
+    }
+}

@@ -1,0 +1,176 @@
+//! Guards the store's operations end to end on a malloc device: values,
+//! extents, punches at every level, sorted paged listings, conditional
+//! updates, evicted records read back from the device, and reopening.
+
+use ferrite_bdev::BdevRef;
+use ferrite_engine::store::{Condition, Conditional, Store, StoreConfig, StoreError};
+use ferrite_proto::key::RecordKey;
+
+fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move { f().await })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn dev() -> BdevRef {
+    ferrite_bdev::open("malloc:16M").unwrap()
+}
+
+#[test]
+fn update_fetch_punch_and_versions() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        let k = RecordKey::new(1, 2, b"d", b"a");
+        assert!(s.fetch(&k).await.unwrap().is_none());
+        let v1 = s.update(&k, b"one").await.unwrap();
+        let v2 = s.update(&k, b"two").await.unwrap();
+        assert!(v2 > v1);
+        assert_eq!(s.fetch(&k).await.unwrap(), Some((v2, b"two".to_vec())));
+        s.punch(&k).await.unwrap();
+        assert!(s.fetch(&k).await.unwrap().is_none());
+        assert_eq!(s.stats().keys, 0);
+        assert_eq!(s.stats().bucket_slots_used, 0);
+    });
+}
+
+#[test]
+fn extents_assemble_newest_bytes_with_zero_holes() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        let k = RecordKey::new(1, 2, b"file", b"chunk0");
+        s.update_extent(&k, 10, b"aaaaaaaaaa").await.unwrap();
+        s.update_extent(&k, 15, b"bbb").await.unwrap();
+        let (_, got) = s.fetch_extent(&k, 0, 30).await.unwrap().unwrap();
+        let mut want = vec![0u8; 30];
+        want[10..20].copy_from_slice(b"aaaaaaaaaa");
+        want[15..18].copy_from_slice(b"bbb");
+        assert_eq!(got, want);
+        assert!(matches!(
+            s.update(&k, b"x").await,
+            Err(StoreError::WrongKind { .. })
+        ));
+        assert!(matches!(
+            s.fetch(&k).await,
+            Err(StoreError::WrongKind { .. })
+        ));
+        s.punch(&k).await.unwrap();
+        assert!(s.fetch_extent(&k, 0, 30).await.unwrap().is_none());
+    });
+}
+
+#[test]
+fn listing_is_sorted_paged_and_punches_cascade() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        for d in [b"d3".as_slice(), b"d1", b"d2"] {
+            for a in [b"a2".as_slice(), b"a1"] {
+                s.update(&RecordKey::new(5, 6, d, a), b"v").await.unwrap();
+            }
+        }
+        s.update(&RecordKey::new(5, 7, b"other", b"a"), b"v")
+            .await
+            .unwrap();
+        assert_eq!(
+            s.list_dkeys(5, 6, None, 2),
+            vec![b"d1".to_vec(), b"d2".to_vec()]
+        );
+        assert_eq!(s.list_dkeys(5, 6, Some(b"d2"), 2), vec![b"d3".to_vec()]);
+        assert_eq!(
+            s.list_akeys(5, 6, b"d1", None, 10),
+            vec![b"a1".to_vec(), b"a2".to_vec()]
+        );
+        s.punch_dkey(5, 6, b"d2").await.unwrap();
+        assert_eq!(
+            s.list_dkeys(5, 6, None, 10),
+            vec![b"d1".to_vec(), b"d3".to_vec()]
+        );
+        assert!(s
+            .fetch(&RecordKey::new(5, 6, b"d2", b"a1"))
+            .await
+            .unwrap()
+            .is_none());
+        s.punch_object(5, 6).await.unwrap();
+        assert!(s.list_dkeys(5, 6, None, 10).is_empty());
+        assert_eq!(s.stats().keys, 1);
+        assert_eq!(s.stats().bucket_slots_used, 1);
+    });
+}
+
+#[test]
+fn conditional_updates() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        let k = RecordKey::new(1, 1, b"meta", b"lock");
+        let Conditional::Applied(v1) = s.update_if(&k, b"a", Condition::Absent).await.unwrap()
+        else {
+            panic!("insert-if-absent on an absent key conflicted");
+        };
+        assert_eq!(
+            s.update_if(&k, b"b", Condition::Absent).await.unwrap(),
+            Conditional::Conflict(Some(v1))
+        );
+        assert_eq!(
+            s.update_if(&k, b"b", Condition::Version(v1 + 100))
+                .await
+                .unwrap(),
+            Conditional::Conflict(Some(v1))
+        );
+        let r = s.update_if(&k, b"c", Condition::Version(v1)).await.unwrap();
+        let Conditional::Applied(v2) = r else {
+            panic!("compare-version with the current version conflicted: {r:?}");
+        };
+        assert_eq!(s.fetch(&k).await.unwrap(), Some((v2, b"c".to_vec())));
+    });
+}
+
+#[test]
+fn evicted_records_are_read_from_the_device_and_survive_reopen() {
+    let bdev = dev();
+    let b2 = bdev.clone();
+    run(move || async move {
+        let s = Store::open(bdev, StoreConfig::small()).await.unwrap();
+        let value = vec![7u8; 3000];
+        for i in 0..1000u32 {
+            let a = i.to_le_bytes();
+            let k = RecordKey::new(1, 1, b"d", &a);
+            s.update(&k, &value).await.unwrap();
+        }
+        assert!(s.stats().head > 2 * s.stats().ring_bytes);
+        let a0 = 0u32.to_le_bytes();
+        let k0 = RecordKey::new(1, 1, b"d", &a0);
+        assert_eq!(s.fetch(&k0).await.unwrap().unwrap().1, value);
+        assert!(s.stats().device_reads > 0);
+    });
+    run(move || async move {
+        let s = Store::open(b2, StoreConfig::small()).await.unwrap();
+        assert_eq!(s.stats().keys, 1000);
+        for i in (0..1000u32).step_by(37) {
+            let a = i.to_le_bytes();
+            let k = RecordKey::new(1, 1, b"d", &a);
+            assert_eq!(s.fetch(&k).await.unwrap().unwrap().1, vec![7u8; 3000]);
+        }
+    });
+}
+
+#[test]
+fn bad_input_is_refused_without_harm() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        let long = vec![0u8; 5000];
+        let k = RecordKey::new(1, 1, &long, b"a");
+        assert!(matches!(
+            s.update(&k, b"x").await,
+            Err(StoreError::Invalid(_))
+        ));
+        let k = RecordKey::new(1, 1, b"d", b"a");
+        let big = vec![0u8; (1 << 20) + 1];
+        assert!(matches!(
+            s.update(&k, &big).await,
+            Err(StoreError::Invalid(_))
+        ));
+        s.update(&k, b"ok").await.unwrap();
+        assert_eq!(s.fetch(&k).await.unwrap().unwrap().1, b"ok");
+    });
+}
