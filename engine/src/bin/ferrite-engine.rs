@@ -1,5 +1,160 @@
 //! `ferrite-engine`: the server.
-fn main() {
-    eprintln!("ferrite-engine: not built yet");
-    std::process::exit(1);
+//!
+//! ```text
+//! ferrite-engine --config engine.toml
+//! ferrite-engine --data-dir /tmp/f --xstreams 2 --tcp 127.0.0.1:7600 --unix /tmp/f/engine.sock
+//! ```
+//!
+//! Prints one `listen URL` line per listener, one `region ...` line per
+//! exported region and then `ready`, on stdout. SIGTERM or SIGINT makes it
+//! stop listening, flush and checkpoint every target, and exit 0.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use ferrite_engine::config::{EngineConfig, Size};
+use ferrite_engine::Engine;
+
+#[derive(Debug, Parser)]
+#[command(name = "ferrite-engine", about = "Ferrite storage engine server")]
+struct Args {
+    /// engine.toml; flags below override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Directory for `{dir}` in the bdev template and the socket path.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Number of xstreams (one target each).
+    #[arg(long)]
+    xstreams: Option<usize>,
+    /// Exact cores, comma separated (overrides --xstreams).
+    #[arg(long, value_delimiter = ',')]
+    cores: Option<Vec<usize>>,
+    /// Bdev spec template, `{dir}` and `{i}` substituted.
+    #[arg(long)]
+    bdev: Option<String>,
+    /// TCP listen address ("" disables).
+    #[arg(long)]
+    tcp: Option<String>,
+    /// Unix socket path ("" disables).
+    #[arg(long)]
+    unix: Option<String>,
+    /// File with the shared-secret token for TCP clients.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// One-sided read providers, comma separated: shm, tcp.
+    #[arg(long, value_delimiter = ',')]
+    providers: Option<Vec<String>>,
+    /// Record log ring per target, e.g. 64M.
+    #[arg(long)]
+    ring_bytes: Option<String>,
+    /// Main-area buckets per target (power of two).
+    #[arg(long)]
+    buckets: Option<u64>,
+}
+
+fn build_config(args: Args) -> Result<EngineConfig, String> {
+    let mut c = match &args.config {
+        Some(path) => EngineConfig::from_file(path).map_err(|e| e.to_string())?,
+        None => EngineConfig::default(),
+    };
+    if let Some(d) = args.data_dir {
+        c.data_dir = d;
+    }
+    if args.xstreams.is_some() {
+        c.xstreams = args.xstreams;
+        c.cores = None;
+    }
+    if args.cores.is_some() {
+        c.cores = args.cores;
+    }
+    if let Some(b) = args.bdev {
+        c.bdev = b;
+    }
+    if let Some(t) = args.tcp {
+        c.listen.tcp = t;
+    }
+    if let Some(u) = args.unix {
+        c.listen.unix = u;
+    }
+    if args.token_file.is_some() {
+        c.listen.token_file = args.token_file;
+    }
+    if let Some(p) = args.providers {
+        c.fabric.providers = p;
+    }
+    if let Some(r) = args.ring_bytes {
+        let bytes = ferrite_bdev::spec::parse_size(&r).ok_or(format!("--ring-bytes {r:?}"))?;
+        c.cache.ring_bytes = Size(bytes);
+    }
+    if let Some(b) = args.buckets {
+        c.cache.buckets = b;
+    }
+    Ok(c)
+}
+
+/// Blocks SIGTERM and SIGINT in this thread (and so in every thread started
+/// after), so that [`wait_for_signal`] receives them.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset; the calls
+    // only read and write `set`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig = 0;
+    // SAFETY: `set` was initialised by block_signals; `sig` is a valid out
+    // pointer.
+    unsafe { libc::sigwait(set, &mut sig) };
+    sig
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let config = match build_config(Args::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ferrite-engine: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let signals = block_signals();
+    let engine = match Engine::start(config) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ferrite-engine: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("ferrite-engine: {} targets", engine.target_count());
+    for url in engine.urls() {
+        println!("listen {url}");
+    }
+    for d in engine.regions() {
+        println!(
+            "region {} target {} {:?} {:?} length {} param {}",
+            d.region_id, d.target, d.provider, d.kind, d.length, d.param
+        );
+    }
+    println!("ready");
+    let sig = wait_for_signal(&signals);
+    eprintln!("ferrite-engine: signal {sig}, shutting down");
+    match engine.shutdown() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ferrite-engine: shutdown: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,356 @@
+//! Engine configuration: `engine.toml`, command-line overrides, defaults.
+//!
+//! ```toml
+//! data_dir = "/var/lib/ferrite"          # `{dir}` in the templates below
+//! xstreams = 2                            # one target per xstream; default: every allowed core
+//! # cores = [2, 3]                        # pin to exactly these cores instead
+//! bdev = "uring:{dir}/target-{i}.bdev?size=1G"   # `{i}` = target index
+//!
+//! [listen]
+//! tcp = "127.0.0.1:7600"                  # "" disables TCP; non-loopback needs a token
+//! unix = "{dir}/engine.sock"              # "" disables the Unix socket
+//! # token = "..."  or  token_file = "/etc/ferrite/token"
+//!
+//! [fabric]
+//! providers = ["shm", "tcp"]
+//!
+//! [cache]
+//! ring_bytes = "64M"                      # record log ring per target (memory)
+//! buckets = 262144                        # main-area buckets per target (power of two)
+//! overflow_buckets = 65536
+//! hugetlb = false
+//!
+//! [limits]
+//! max_frame_bytes = "8M"
+//! max_inflight_per_connection = 256
+//! ```
+//!
+//! ```
+//! let config = ferrite_engine::config::EngineConfig::from_toml_str(
+//!     "data_dir = \"/d\"\nxstreams = 1\n[listen]\ntcp = \"127.0.0.1:0\"\n",
+//! ).unwrap();
+//! assert_eq!(config.bdev_spec(0), "uring:/d/target-0.bdev?size=1G");
+//! assert_eq!(config.unix_path().unwrap(), std::path::PathBuf::from("/d/engine.sock"));
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::server::ServerError;
+
+/// Everything an engine needs to start. Build it in code, or read
+/// `engine.toml` with [`EngineConfig::from_toml_str`].
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Directory substituted for `{dir}` in `bdev` and `listen.unix`.
+    pub data_dir: PathBuf,
+    /// Number of xstreams (= targets), on the first allowed cores.
+    pub xstreams: Option<usize>,
+    /// Exact cores, one xstream each; overrides `xstreams`.
+    pub cores: Option<Vec<usize>>,
+    /// Bdev spec template: `{dir}` and `{i}` (target index) are substituted.
+    pub bdev: String,
+    pub listen: ListenConfig,
+    pub fabric: FabricConfig,
+    pub cache: CacheConfig,
+    pub limits: LimitsConfig,
+}
+
+/// Where to listen.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    /// TCP address; empty disables TCP. Port 0 picks a free port.
+    pub tcp: String,
+    /// Unix socket path (template with `{dir}`); empty disables it.
+    pub unix: String,
+    /// Shared secret; TCP clients must prove they hold it.
+    pub token: Option<String>,
+    /// File holding the shared secret (trailing whitespace ignored).
+    pub token_file: Option<PathBuf>,
+}
+
+/// Which one-sided read providers to export regions with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FabricConfig {
+    /// Any of "shm", "tcp".
+    pub providers: Vec<String>,
+}
+
+/// Memory per target.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    pub ring_bytes: Size,
+    pub buckets: u64,
+    pub overflow_buckets: u32,
+    pub hugetlb: bool,
+}
+
+/// Per-connection limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub max_frame_bytes: Size,
+    pub max_inflight_per_connection: usize,
+}
+
+/// A byte count written as an integer or as "64K", "8M", "1G".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "SizeText")]
+pub struct Size(pub u64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeText {
+    Number(u64),
+    Text(String),
+}
+
+impl TryFrom<SizeText> for Size {
+    type Error = String;
+    fn try_from(v: SizeText) -> Result<Self, String> {
+        match v {
+            SizeText::Number(n) => Ok(Size(n)),
+            SizeText::Text(s) => ferrite_bdev::spec::parse_size(&s)
+                .map(Size)
+                .ok_or_else(|| format!("{s:?} is not a size (like 4096, 64K, 8M, 1G)")),
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from("."),
+            xstreams: None,
+            cores: None,
+            bdev: "uring:{dir}/target-{i}.bdev?size=1G".into(),
+            listen: ListenConfig::default(),
+            fabric: FabricConfig::default(),
+            cache: CacheConfig::default(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        Self {
+            tcp: "127.0.0.1:7600".into(),
+            unix: "{dir}/engine.sock".into(),
+            token: None,
+            token_file: None,
+        }
+    }
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        Self {
+            providers: vec!["shm".into(), "tcp".into()],
+        }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            ring_bytes: Size(64 << 20),
+            buckets: 1 << 18,
+            overflow_buckets: 1 << 16,
+            hugetlb: false,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_bytes: Size(ferrite_proto::rpc::MAX_BODY_BYTES as u64),
+            max_inflight_per_connection: 256,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Parses `engine.toml` text; unknown keys are refused.
+    pub fn from_toml_str(text: &str) -> Result<Self, ServerError> {
+        toml::from_str(text).map_err(|e| ServerError::Config(e.to_string()))
+    }
+
+    /// Reads and parses a config file.
+    pub fn from_file(path: &Path) -> Result<Self, ServerError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))?;
+        Self::from_toml_str(&text)
+    }
+
+    /// A small single-target engine in `dir`, listening on a free loopback
+    /// port and on `dir/engine.sock`: what an embedded client starts.
+    pub fn for_temp_dir(dir: &Path) -> Self {
+        Self {
+            data_dir: dir.to_path_buf(),
+            xstreams: Some(1),
+            bdev: "uring:{dir}/target-{i}.bdev?size=256M".into(),
+            listen: ListenConfig {
+                tcp: "127.0.0.1:0".into(),
+                ..ListenConfig::default()
+            },
+            cache: CacheConfig {
+                ring_bytes: Size(16 << 20),
+                buckets: 1 << 16,
+                overflow_buckets: 1 << 14,
+                hugetlb: false,
+            },
+            ..Self::default()
+        }
+    }
+
+    fn expand(&self, template: &str) -> String {
+        template.replace("{dir}", &self.data_dir.to_string_lossy())
+    }
+
+    /// The bdev spec of target `i`.
+    pub fn bdev_spec(&self, i: usize) -> String {
+        self.expand(&self.bdev).replace("{i}", &i.to_string())
+    }
+
+    /// The Unix socket path, if enabled.
+    pub fn unix_path(&self) -> Option<PathBuf> {
+        (!self.listen.unix.is_empty()).then(|| PathBuf::from(self.expand(&self.listen.unix)))
+    }
+
+    /// The TCP address, if enabled.
+    pub fn tcp_addr(&self) -> Result<Option<SocketAddr>, ServerError> {
+        if self.listen.tcp.is_empty() {
+            return Ok(None);
+        }
+        let addr =
+            self.listen.tcp.parse().map_err(|e| {
+                ServerError::Config(format!("listen.tcp {:?}: {e}", self.listen.tcp))
+            })?;
+        Ok(Some(addr))
+    }
+
+    /// The shared secret, from `token` or `token_file`.
+    pub fn token(&self) -> Result<Option<Vec<u8>>, ServerError> {
+        if let Some(t) = &self.listen.token {
+            return Ok(Some(t.as_bytes().to_vec()));
+        }
+        let Some(path) = &self.listen.token_file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServerError::Config(format!("token_file {}: {e}", path.display())))?;
+        Ok(Some(text.trim_end().as_bytes().to_vec()))
+    }
+
+    /// The cores to run on, one xstream (and one target) each.
+    pub fn resolve_cores(&self) -> Result<Vec<usize>, ServerError> {
+        let xs = |e: ferrite_xstream::Error| ServerError::Config(e.to_string());
+        if let Some(cores) = &self.cores {
+            return ferrite_xstream::resolve_cores(Some(cores)).map_err(xs);
+        }
+        let allowed = ferrite_xstream::allowed_cores().map_err(xs)?;
+        match self.xstreams {
+            None => Ok(allowed),
+            Some(0) => Err(ServerError::Config("xstreams must be at least 1".into())),
+            // More xstreams than cores: wrap around (several per core).
+            Some(n) => Ok((0..n).map(|i| allowed[i % allowed.len()]).collect()),
+        }
+    }
+
+    /// Checks what can be checked before starting anything.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let bad = |m: String| Err(ServerError::Config(m));
+        for p in &self.fabric.providers {
+            if p != "shm" && p != "tcp" {
+                return bad(format!(
+                    "fabric provider {p:?}: expected \"shm\" or \"tcp\""
+                ));
+            }
+        }
+        if !self.cache.buckets.is_power_of_two() {
+            return bad(format!(
+                "cache.buckets {} is not a power of two",
+                self.cache.buckets
+            ));
+        }
+        let frame = self.limits.max_frame_bytes.0;
+        if frame < 4096 || frame > ferrite_proto::rpc::MAX_BODY_BYTES as u64 {
+            return bad(format!(
+                "limits.max_frame_bytes {frame}: must be in 4K..=8M"
+            ));
+        }
+        if self.limits.max_inflight_per_connection == 0 {
+            return bad("limits.max_inflight_per_connection must be positive".into());
+        }
+        if let Some(addr) = self.tcp_addr()? {
+            if !addr.ip().is_loopback() && self.token()?.is_none() {
+                return bad(format!(
+                    "listen.tcp {addr} is not loopback: set listen.token or listen.token_file"
+                ));
+            }
+        }
+        if self.unix_path().is_none() && self.tcp_addr()?.is_none() {
+            return bad("no listener: set listen.tcp or listen.unix".into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn has_provider(&self, name: &str) -> bool {
+        self.fabric.providers.iter().any(|p| p == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_file_parses() {
+        let c = EngineConfig::from_toml_str(
+            r#"
+            data_dir = "/data"
+            cores = [0]
+            bdev = "malloc:64M"
+            [listen]
+            tcp = "0.0.0.0:7600"
+            unix = ""
+            token = "s3cret"
+            [fabric]
+            providers = ["tcp"]
+            [cache]
+            ring_bytes = "8M"
+            buckets = 1024
+            [limits]
+            max_frame_bytes = 65536
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.cache.ring_bytes, Size(8 << 20));
+        assert_eq!(c.unix_path(), None);
+        assert_eq!(c.token().unwrap(), Some(b"s3cret".to_vec()));
+        assert!(!c.has_provider("shm"));
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        assert!(EngineConfig::from_toml_str("nonsense = 1").is_err());
+        assert!(EngineConfig::from_toml_str("[cache]\nring_bytes = \"8Q\"").is_err());
+        let remote = EngineConfig::from_toml_str("[listen]\ntcp = \"0.0.0.0:1\"").unwrap();
+        assert!(remote.validate().is_err(), "non-loopback without a token");
+        let odd = EngineConfig::from_toml_str("[cache]\nbuckets = 1000").unwrap();
+        assert!(odd.validate().is_err());
+        let none = EngineConfig::from_toml_str("[listen]\ntcp = \"\"\nunix = \"\"").unwrap();
+        assert!(none.validate().is_err());
+        let provider = EngineConfig::from_toml_str("[fabric]\nproviders = [\"ib\"]").unwrap();
+        assert!(provider.validate().is_err());
+    }
+}

@@ -1,0 +1,194 @@
+//! One client connection: the handshake, then pipelined requests.
+//!
+//! The reader decodes frames and starts one task per request (at most
+//! `max_inflight_per_connection` at once); each task routes its request and
+//! hands the encoded reply to the writer, which sends whatever replies are
+//! ready in one write. A frame that does not decode, an oversized frame or a
+//! failed login gets one error frame (request id 0) and closes this
+//! connection; nothing else is affected.
+
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use ferrite_proto::rpc::{self, ErrorCode, FrameHeader, MessageType, Reply, Request, HEADER_BYTES};
+use ferrite_proto::FormatError;
+use futures::channel::mpsc;
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use futures::{SinkExt, StreamExt};
+
+use super::{handshake, route, Shared};
+
+/// Replies gathered into one write, at most.
+const WRITE_BATCH_BYTES: usize = 256 << 10;
+/// Read buffer per connection.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+
+/// How the client reached us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Tcp,
+    Unix,
+}
+
+/// Why reading a frame stopped.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    /// The peer closed or the socket failed: close without a reply.
+    Gone,
+    /// The peer broke the protocol: reply with this code, then close.
+    Refused(ErrorCode, String),
+}
+
+impl FrameError {
+    pub(crate) fn malformed(e: FormatError) -> Self {
+        let code = match e {
+            FormatError::Range {
+                field: "body_len", ..
+            } => ErrorCode::Oversized,
+            _ => ErrorCode::Malformed,
+        };
+        Self::Refused(code, e.to_string())
+    }
+}
+
+/// Reads one frame header; `Ok(None)` on a clean end of stream.
+pub(crate) async fn read_header<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max_body: usize,
+) -> Result<Option<FrameHeader>, FrameError> {
+    let mut head = [0u8; HEADER_BYTES];
+    let mut got = 0;
+    while got < HEADER_BYTES {
+        match r.read(&mut head[got..]).await {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) | Err(_) => return Err(FrameError::Gone),
+            Ok(n) => got += n,
+        }
+    }
+    let header = FrameHeader::decode(&head, max_body).map_err(FrameError::malformed)?;
+    Ok(Some(header))
+}
+
+/// Reads the body announced by `header` and decodes it as a request.
+pub(crate) async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    header: &FrameHeader,
+) -> Result<Request, FrameError> {
+    let mut body = vec![0u8; header.body_len as usize];
+    r.read_exact(&mut body)
+        .await
+        .map_err(|_| FrameError::Gone)?;
+    rpc::decode_request(header, &body).map_err(FrameError::malformed)
+}
+
+/// Reads one request frame and decodes it; `Ok(None)` on a clean end.
+pub(crate) async fn read_request<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max_body: usize,
+) -> Result<Option<(FrameHeader, Request)>, FrameError> {
+    let Some(header) = read_header(r, max_body).await? else {
+        return Ok(None);
+    };
+    Ok(Some((header, read_body(r, &header).await?)))
+}
+
+/// Sends the closing error frame (request id 0), best effort.
+pub(crate) async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, code: ErrorCode, message: &str) {
+    tracing::debug!(?code, message, "closing connection");
+    let mut out = Vec::new();
+    rpc::encode_reply(
+        MessageType::Error,
+        0,
+        &Reply::error(code, message),
+        &mut out,
+    );
+    let _ = w.write_all(&out).await;
+    let _ = w.flush().await;
+    let _ = w.close().await;
+}
+
+/// Serves one connection until the peer leaves or breaks the protocol.
+pub(crate) async fn serve<S>(stream: S, fd: RawFd, shared: Arc<Shared>, transport: Transport)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let (rd, mut wr) = stream.split();
+    let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
+    let max_body = shared.max_frame_bytes;
+    if let Err(e) = handshake::run(&mut rd, &mut wr, fd, &shared, transport).await {
+        if let FrameError::Refused(code, message) = e {
+            refuse(&mut wr, code, &message).await;
+        }
+        return;
+    }
+    let inflight = shared.max_inflight;
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(inflight);
+    let writer = glommio::spawn_local(write_loop(wr, rx));
+    let permits = Rc::new(glommio::sync::Semaphore::new(inflight as u64));
+    let mut fatal = None;
+    loop {
+        let (header, req) = match read_request(&mut rd, max_body).await {
+            Ok(Some(frame)) => frame,
+            Ok(None) | Err(FrameError::Gone) => break,
+            Err(FrameError::Refused(code, message)) => {
+                fatal = Some((code, message));
+                break;
+            }
+        };
+        if matches!(req, Request::Hello(_) | Request::Login(_)) {
+            fatal = Some((ErrorCode::Malformed, "handshake repeated".to_string()));
+            break;
+        }
+        let Ok(permit) = permits.acquire_static_permit(1).await else {
+            break;
+        };
+        let mut tx = tx.clone();
+        let shared = shared.clone();
+        glommio::spawn_local(async move {
+            let kind = req.kind();
+            let reply = route::execute(&shared, req).await;
+            let mut out = Vec::new();
+            rpc::encode_reply(kind, header.request_id, &reply, &mut out);
+            let _ = tx.send(out).await;
+            drop(permit);
+        })
+        .detach();
+    }
+    if let Some((code, message)) = fatal {
+        // Stop the replies still running from reaching the peer after the
+        // error: the peer must see the error as the last frame.
+        let mut out = Vec::new();
+        rpc::encode_reply(
+            MessageType::Error,
+            0,
+            &Reply::error(code, &message),
+            &mut out,
+        );
+        let mut tx = tx.clone();
+        let _ = tx.send(out).await;
+        tx.close_channel();
+    }
+    drop(tx);
+    writer.await;
+}
+
+/// Writes replies as they come, several per write when they are ready
+/// together; ends when every sender is gone or the socket fails.
+async fn write_loop<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::Receiver<Vec<u8>>) {
+    let mut batch = Vec::with_capacity(WRITE_BATCH_BYTES);
+    while let Some(frame) = rx.next().await {
+        batch.clear();
+        batch.extend_from_slice(&frame);
+        while batch.len() < WRITE_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                _ => break,
+            }
+        }
+        if w.write_all(&batch).await.is_err() || w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.close().await;
+}

@@ -1,0 +1,42 @@
+//! Errors of starting and running the engine server.
+
+use std::path::PathBuf;
+
+/// Why the engine could not start, or a server operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The configuration is invalid (names the key and the problem).
+    #[error("config: {0}")]
+    Config(String),
+    /// The execution streams did not start or stop cleanly.
+    #[error("xstreams: {0}")]
+    Xstream(#[from] ferrite_xstream::Error),
+    /// A target's store failed to open, flush or checkpoint.
+    #[error("target {target}: {source}")]
+    Store {
+        target: usize,
+        #[source]
+        source: crate::store::StoreError,
+    },
+    /// A listener could not be set up.
+    #[error("listen on {address}: {source}")]
+    Listen {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file or directory the engine needs could not be prepared.
+    #[error("{op} {}: {source}", path.display())]
+    Path {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A region could not be registered with a provider.
+    #[error("fabric: {0}")]
+    Fabric(String),
+}
+
+pub type Result<T> = std::result::Result<T, ServerError>;

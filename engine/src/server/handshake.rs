@@ -1,0 +1,181 @@
+//! The engine's side of the handshake (see `ferrite_proto::rpc::handshake`):
+//! Hello → Challenge, Login → Welcome. TCP connections must prove they hold
+//! the token when one is configured; on the Unix socket the file's
+//! permissions decide who may connect. A client on the Unix socket that asks
+//! for shm gets the regions' memory files with the Welcome (`SCM_RIGHTS`).
+
+use std::os::fd::RawFd;
+
+use ferrite_proto::rpc::handshake::{
+    engine_proof, verify_login_proof, AUTH_NONE, AUTH_TOKEN_HMAC_SHA256, HELLO_WANT_SHM,
+    NONCE_BYTES, PROOF_BYTES, WELCOME_FDS_ATTACHED,
+};
+use ferrite_proto::rpc::{self, Challenge, ErrorCode, MessageType, Reply, Request, Welcome};
+use futures::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use rand::RngCore;
+
+use super::conn::{read_body, read_header, FrameError, Transport};
+use super::Shared;
+
+/// Handshake frames are small; refuse anything bigger before it is read.
+const HANDSHAKE_MAX_BODY: u32 = 64;
+/// Attempts at sending the Welcome with its fds when the socket is full.
+const SEND_FDS_ATTEMPTS: usize = 1000;
+
+fn refused(code: ErrorCode, message: impl Into<String>) -> FrameError {
+    FrameError::Refused(code, message.into())
+}
+
+async fn expect<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    want: MessageType,
+    max_body: usize,
+) -> Result<(u64, Request), FrameError> {
+    let Some(header) = read_header(rd, max_body).await? else {
+        return Err(FrameError::Gone);
+    };
+    if header.kind != want || header.is_reply() {
+        return Err(refused(
+            ErrorCode::Unauthenticated,
+            format!(
+                "expected {want:?} before anything else, got {:?}",
+                header.kind
+            ),
+        ));
+    }
+    if header.body_len > HANDSHAKE_MAX_BODY {
+        return Err(refused(ErrorCode::Malformed, "handshake frame too long"));
+    }
+    Ok((header.request_id, read_body(rd, &header).await?))
+}
+
+/// Runs the handshake; on success the connection may send data requests.
+pub(crate) async fn run<R, W>(
+    rd: &mut R,
+    wr: &mut W,
+    fd: RawFd,
+    shared: &Shared,
+    transport: Transport,
+) -> Result<(), FrameError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let (hello_id, hello) = match expect(rd, MessageType::Hello, shared.max_frame_bytes).await? {
+        (id, Request::Hello(h)) => (id, h),
+        _ => return Err(refused(ErrorCode::Malformed, "bad Hello")),
+    };
+    let auth = transport == Transport::Tcp && shared.token.is_some();
+    let mut server_nonce = [0u8; NONCE_BYTES];
+    rand::thread_rng().fill_bytes(&mut server_nonce);
+    let challenge = Reply::Challenge(Challenge {
+        auth: if auth {
+            AUTH_TOKEN_HMAC_SHA256
+        } else {
+            AUTH_NONE
+        },
+        server_nonce,
+    });
+    let mut out = Vec::new();
+    rpc::encode_reply(MessageType::Hello, hello_id, &challenge, &mut out);
+    send(wr, &out).await?;
+
+    let (login_id, proof) = match expect(rd, MessageType::Login, shared.max_frame_bytes).await? {
+        (id, Request::Login(l)) => (id, l.proof),
+        _ => return Err(refused(ErrorCode::Malformed, "bad Login")),
+    };
+    let mut server_proof = [0u8; PROOF_BYTES];
+    if let (true, Some(token)) = (auth, &shared.token) {
+        if !verify_login_proof(token, &server_nonce, &hello.client_nonce, &proof) {
+            return Err(refused(ErrorCode::Unauthenticated, "wrong token proof"));
+        }
+        server_proof = engine_proof(token, &server_nonce, &hello.client_nonce);
+    }
+    let shm = transport == Transport::Unix && hello.flags & HELLO_WANT_SHM != 0;
+    let exports = match (&shared.shm, shm) {
+        (Some(f), true) => f.exports(),
+        _ => Vec::new(),
+    };
+    let regions = if exports.is_empty() {
+        shared.tcp_descriptors()
+    } else {
+        exports.iter().map(|(_, d)| *d).collect()
+    };
+    let welcome = Reply::Welcome(Welcome {
+        flags: if exports.is_empty() {
+            0
+        } else {
+            WELCOME_FDS_ATTACHED
+        },
+        incarnation: shared.incarnation,
+        server_proof,
+        targets: shared.targets.clone(),
+        regions,
+    });
+    let mut out = Vec::new();
+    rpc::encode_reply(MessageType::Login, login_id, &welcome, &mut out);
+    if exports.is_empty() {
+        return send(wr, &out).await;
+    }
+    let fds: Vec<RawFd> = exports.iter().map(|(r, _)| r.raw_fd()).collect();
+    let sent = send_with_fds(fd, &out, &fds).await?;
+    // `exports` keeps the regions (and so their fds) alive until here.
+    drop(exports);
+    send(wr, &out[sent..]).await
+}
+
+async fn send<W: AsyncWrite + Unpin>(wr: &mut W, bytes: &[u8]) -> Result<(), FrameError> {
+    wr.write_all(bytes).await.map_err(|_| FrameError::Gone)?;
+    wr.flush().await.map_err(|_| FrameError::Gone)
+}
+
+/// Sends the start of `bytes` with `fds` as `SCM_RIGHTS` on socket `fd`;
+/// returns how many bytes went out (at least one, carrying the fds).
+async fn send_with_fds(fd: RawFd, bytes: &[u8], fds: &[RawFd]) -> Result<usize, FrameError> {
+    for _ in 0..SEND_FDS_ATTEMPTS {
+        match sendmsg_fds(fd, bytes, fds) {
+            Ok(n) if n > 0 => return Ok(n),
+            Ok(_) => return Err(FrameError::Gone),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                glommio::executor().yield_task_queue_now().await;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(FrameError::Gone),
+        }
+    }
+    Err(FrameError::Gone)
+}
+
+fn sendmsg_fds(fd: RawFd, bytes: &[u8], fds: &[RawFd]) -> std::io::Result<usize> {
+    let fd_bytes = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is a pure computation on a length.
+    let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: msg_control points at `space` bytes, enough for one cmsghdr
+    // with `fd_bytes` of data, so CMSG_FIRSTHDR is non-null and its data
+    // area holds `fds.len()` descriptors.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+    }
+    // SAFETY: fd is the connection's socket; msg and the buffers it points at
+    // live across the call. MSG_DONTWAIT keeps the xstream from blocking.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}

@@ -1,0 +1,164 @@
+//! Routing: a request goes to the target that owns its dkey (over the
+//! xstream mesh, or directly when that is the calling xstream); requests
+//! that span targets (batches, dkey listings, object punches, stat) fan out
+//! and their replies are merged. Region reads never reach a target: the
+//! network task serves them from the region.
+
+use std::sync::Arc;
+
+use ferrite_proto::key::{dkey_hash, target_of};
+use ferrite_proto::rpc::{ErrorCode, PunchScope, Reply, Request};
+use ferrite_xstream::{TaskClass, XstreamId};
+use futures::future::join_all;
+
+use super::Shared;
+use crate::target;
+
+/// Runs one request (after the handshake) and returns its reply.
+pub(crate) async fn execute(shared: &Arc<Shared>, req: Request) -> Reply {
+    match req {
+        Request::Batch(items) => {
+            Reply::Batch(join_all(items.into_iter().map(|i| execute_one(shared, i))).await)
+        }
+        other => execute_one(shared, other).await,
+    }
+}
+
+async fn execute_one(shared: &Arc<Shared>, req: Request) -> Reply {
+    match req {
+        Request::RegionRead {
+            region_id,
+            access_key,
+            offset,
+            len,
+        } => match &shared.tcp {
+            None => Reply::error(ErrorCode::BadRegion, "the tcp provider is not enabled"),
+            Some(f) => f
+                .read(region_id, access_key, offset, len)
+                .map_or_else(|e| Reply::error(ErrorCode::BadRegion, e.0), Reply::Data),
+        },
+        Request::Stat => {
+            let mut all = Vec::new();
+            for reply in fan_out(shared, &Request::Stat).await {
+                match reply {
+                    Reply::Stat(mut t) => all.append(&mut t),
+                    error => return error,
+                }
+            }
+            Reply::Stat(all)
+        }
+        Request::ListDkeys { limit, .. } => merge_keys(fan_out(shared, &req).await, limit as usize),
+        Request::Punch {
+            scope: PunchScope::Object,
+            ..
+        } => {
+            let mut newest = 0;
+            for reply in fan_out(shared, &req).await {
+                match reply {
+                    Reply::Version(v) => newest = newest.max(v),
+                    error => return error,
+                }
+            }
+            Reply::Version(newest)
+        }
+        Request::Hello(_) | Request::Login(_) | Request::Batch(_) => Reply::error(
+            ErrorCode::InvalidArgument,
+            format!("{:?} is not allowed here", req.kind()),
+        ),
+        keyed => {
+            let t = owner(shared, &keyed);
+            on_target(shared, t, keyed).await
+        }
+    }
+}
+
+/// The target owning a keyed request's dkey.
+fn owner(shared: &Shared, req: &Request) -> usize {
+    let (container, object, dkey) = match req {
+        Request::Update { key, .. }
+        | Request::Fetch { key }
+        | Request::Punch { key, .. }
+        | Request::CondUpdate { key, .. }
+        | Request::ExtentWrite { key, .. }
+        | Request::ExtentRead { key, .. } => (key.container, key.object, key.dkey.as_slice()),
+        Request::ListAkeys {
+            container,
+            object,
+            dkey,
+            ..
+        } => (*container, *object, dkey.as_slice()),
+        _ => return 0,
+    };
+    target_of(dkey_hash(container, object, dkey), shared.target_count()) as usize
+}
+
+/// Runs `req` on target `t`'s xstream.
+async fn on_target(shared: &Arc<Shared>, t: usize, req: Request) -> Reply {
+    if ferrite_xstream::current() == Some(XstreamId(t)) {
+        return target::handle(req).await;
+    }
+    let run = shared
+        .mesh
+        .run_on(XstreamId(t), TaskClass::Foreground, move || {
+            target::handle(req)
+        });
+    run.await
+        .unwrap_or_else(|e| Reply::error(ErrorCode::ShuttingDown, format!("target {t}: {e}")))
+}
+
+async fn fan_out(shared: &Arc<Shared>, req: &Request) -> Vec<Reply> {
+    let n = shared.target_count() as usize;
+    join_all((0..n).map(|t| on_target(shared, t, req.clone()))).await
+}
+
+/// Merges per-target sorted, disjoint key lists into one of at most `limit`.
+fn merge_keys(replies: Vec<Reply>, limit: usize) -> Reply {
+    let limit = limit.clamp(1, target::LIST_LIMIT_MAX);
+    let mut keys = Vec::new();
+    let mut more = false;
+    for reply in replies {
+        match reply {
+            Reply::Keys {
+                keys: mut k,
+                more: m,
+            } => {
+                keys.append(&mut k);
+                more |= m;
+            }
+            error => return error,
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    if keys.len() > limit {
+        keys.truncate(limit);
+        more = true;
+    }
+    Reply::Keys { keys, more }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_sorts_cuts_and_keeps_errors() {
+        let a = Reply::Keys {
+            keys: vec![b"a".to_vec(), b"d".to_vec()],
+            more: false,
+        };
+        let b = Reply::Keys {
+            keys: vec![b"b".to_vec(), b"c".to_vec()],
+            more: false,
+        };
+        match merge_keys(vec![a.clone(), b], 3) {
+            Reply::Keys { keys, more } => {
+                assert_eq!(keys, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+                assert!(more);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = Reply::error(ErrorCode::Io, "x");
+        assert_eq!(merge_keys(vec![a, err.clone()], 3), err);
+    }
+}

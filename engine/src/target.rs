@@ -1,0 +1,227 @@
+//! A target: the shard of the store one xstream owns, and the handler that
+//! runs a data request against it.
+//!
+//! Each xstream opens its target's [`Store`] in its init closure and keeps it
+//! in a thread-local; [`handle`] runs on that xstream (the router sends it
+//! there over the mesh) and turns a [`Request`] into a [`Reply`].
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::time::Duration;
+
+use ferrite_proto::rpc::{ErrorCode, Found, PunchScope, Reply, Request, TargetStat};
+
+use crate::store::{Condition, Conditional, Store, StoreConfig, StoreError, StoreRegions};
+
+/// Most keys one list request returns from one target.
+pub const LIST_LIMIT_MAX: usize = ferrite_proto::rpc::message::MAX_LIST_KEYS;
+
+/// The store of this xstream's target and its state.
+#[derive(Debug)]
+pub struct Target {
+    index: u16,
+    store: Rc<Store>,
+    closing: Cell<bool>,
+}
+
+/// How often a target checkpoints its index when it has new records.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(30);
+
+thread_local! {
+    static TARGET: RefCell<Option<Rc<Target>>> = const { RefCell::new(None) };
+}
+
+/// Opens target `index` on the calling xstream from the bdev `spec` and
+/// installs it; returns its regions for the fabric.
+pub async fn open(index: u16, spec: &str, config: StoreConfig) -> Result<StoreRegions, StoreError> {
+    let bdev = ferrite_bdev::open(spec).map_err(|e| StoreError::Layout {
+        device: spec.to_string(),
+        reason: e.to_string(),
+    })?;
+    let store = Rc::new(Store::open(bdev, config).await?);
+    let regions = store.regions();
+    store.spawn_cleaner();
+    let target = Rc::new(Target {
+        index,
+        store,
+        closing: Cell::new(false),
+    });
+    glommio::spawn_local(checkpoint_loop(Rc::downgrade(&target))).detach();
+    TARGET.with(|t| *t.borrow_mut() = Some(target));
+    Ok(regions)
+}
+
+/// Checkpoints every [`CHECKPOINT_INTERVAL`] while records keep coming, so
+/// that recovery replays a bounded tail of the log.
+async fn checkpoint_loop(target: std::rc::Weak<Target>) {
+    let mut checkpointed_at = 0;
+    loop {
+        glommio::timer::sleep(CHECKPOINT_INTERVAL).await;
+        let Some(t) = target.upgrade() else { return };
+        if t.closing.get() {
+            return;
+        }
+        let appended = t.store.stats().records_appended;
+        if appended == checkpointed_at {
+            continue;
+        }
+        match t.store.checkpoint().await {
+            Ok(_) => checkpointed_at = appended,
+            Err(e) => tracing::warn!(target = t.index, error = %e, "checkpoint failed"),
+        }
+    }
+}
+
+/// The target of the calling xstream, if one is open.
+pub fn current() -> Option<Rc<Target>> {
+    TARGET.with(|t| t.borrow().clone())
+}
+
+/// Refuses new writes, makes everything durable and checkpoints the index,
+/// then drops the target from this xstream.
+pub async fn close() -> Result<(), StoreError> {
+    let Some(target) = current() else {
+        return Ok(());
+    };
+    target.closing.set(true);
+    target.store.stop_cleaner();
+    let outcome = target.store.checkpoint().await.map(|_| ());
+    TARGET.with(|t| t.borrow_mut().take());
+    outcome
+}
+
+fn store_error(e: StoreError) -> Reply {
+    let code = match &e {
+        StoreError::Invalid(_) | StoreError::WrongKind { .. } => ErrorCode::InvalidArgument,
+        StoreError::Poisoned { .. } => ErrorCode::ReadOnly,
+        StoreError::Device { .. } | StoreError::Corrupt { .. } => ErrorCode::Io,
+        StoreError::IndexFull { .. }
+        | StoreError::LogFull { .. }
+        | StoreError::CheckpointTooLarge { .. } => ErrorCode::NoSpace,
+        _ => ErrorCode::Internal,
+    };
+    Reply::error(code, e.to_string())
+}
+
+fn version(r: Result<u64, StoreError>) -> Reply {
+    r.map_or_else(store_error, Reply::Version)
+}
+
+fn found(r: Result<Option<(u64, Vec<u8>)>, StoreError>) -> Reply {
+    match r {
+        Ok(v) => Reply::Value(v.map(|(version, value)| Found { version, value })),
+        Err(e) => store_error(e),
+    }
+}
+
+/// Asks for one key more than the client's limit, to tell whether more follow.
+fn keys(limit: u32, list: impl FnOnce(usize) -> Vec<Vec<u8>>) -> Reply {
+    let limit = (limit as usize).clamp(1, LIST_LIMIT_MAX);
+    let mut keys = list(limit + 1);
+    let more = keys.len() > limit;
+    keys.truncate(limit);
+    Reply::Keys { keys, more }
+}
+
+fn is_write(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Update { .. }
+            | Request::Punch { .. }
+            | Request::CondUpdate { .. }
+            | Request::ExtentWrite { .. }
+    )
+}
+
+/// Runs one data request against this xstream's target.
+pub async fn handle(req: Request) -> Reply {
+    let Some(t) = current() else {
+        return Reply::error(ErrorCode::ShuttingDown, "no target on this xstream");
+    };
+    if t.closing.get() && is_write(&req) {
+        return Reply::error(ErrorCode::ShuttingDown, "the engine is shutting down");
+    }
+    let s = &t.store;
+    match req {
+        Request::Update { key, value } => version(s.update(&key.as_record_key(), &value).await),
+        Request::Fetch { key } => found(s.fetch(&key.as_record_key()).await),
+        Request::Punch { scope, key } => version(match scope {
+            PunchScope::Akey => s.punch(&key.as_record_key()).await,
+            PunchScope::Dkey => s.punch_dkey(key.container, key.object, &key.dkey).await,
+            PunchScope::Object => s.punch_object(key.container, key.object).await,
+        }),
+        Request::ListDkeys {
+            container,
+            object,
+            after,
+            limit,
+        } => keys(limit, |n| {
+            s.list_dkeys(container, object, after.as_deref(), n)
+        }),
+        Request::ListAkeys {
+            container,
+            object,
+            dkey,
+            after,
+            limit,
+        } => keys(limit, |n| {
+            s.list_akeys(container, object, &dkey, after.as_deref(), n)
+        }),
+        Request::CondUpdate {
+            key,
+            expected_version,
+            value,
+        } => {
+            let cond = match expected_version {
+                0 => Condition::Absent,
+                v => Condition::Version(v),
+            };
+            match s.update_if(&key.as_record_key(), &value, cond).await {
+                Ok(Conditional::Applied(v)) => Reply::Cond {
+                    applied: true,
+                    version: v,
+                },
+                Ok(Conditional::Conflict(v)) => Reply::Cond {
+                    applied: false,
+                    version: v.unwrap_or(0),
+                },
+                Err(e) => store_error(e),
+            }
+        }
+        Request::ExtentWrite { key, offset, data } => {
+            version(s.update_extent(&key.as_record_key(), offset, &data).await)
+        }
+        Request::ExtentRead { key, offset, len } => found(
+            s.fetch_extent(&key.as_record_key(), offset, u64::from(len))
+                .await,
+        ),
+        Request::Stat => Reply::Stat(vec![t.stat()]),
+        other => Reply::error(
+            ErrorCode::InvalidArgument,
+            format!("{:?} is not a target operation", other.kind()),
+        ),
+    }
+}
+
+impl Target {
+    /// The store's counters, as named numbers (booleans as 0/1).
+    fn stat(&self) -> TargetStat {
+        let mut counters = Vec::new();
+        if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(self.store.stats()) {
+            for (name, value) in map {
+                let n = match value {
+                    serde_json::Value::Number(n) => n.as_u64(),
+                    serde_json::Value::Bool(b) => Some(u64::from(b)),
+                    _ => None,
+                };
+                if let Some(n) = n {
+                    counters.push((name, n));
+                }
+            }
+        }
+        TargetStat {
+            target: self.index,
+            counters,
+        }
+    }
+}
