@@ -26,6 +26,8 @@ pub mod error;
 pub mod malloc;
 mod mem;
 pub mod pmem;
+#[cfg(feature = "spdk")]
+pub mod spdk;
 pub mod spec;
 pub mod uring;
 pub mod wrap;

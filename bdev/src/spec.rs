@@ -166,7 +166,13 @@ pub fn open(spec: &str) -> Result<BdevRef> {
         "uring" => open_uring(spec, &parsed),
         "pmem" => open_pmem(spec, &parsed),
         #[cfg(feature = "spdk")]
-        "spdk" => Ok(Arc::new(crate::spdk::SpdkBdev::open(&parsed.target)?)),
+        "spdk" => {
+            let config = parsed.options.get("config").map(String::as_str);
+            Ok(Arc::new(crate::spdk::SpdkBdev::open(
+                &parsed.target,
+                config,
+            )?))
+        }
         #[cfg(not(feature = "spdk"))]
         "spdk" => Err(BdevError::BadSpec {
             spec: spec.to_string(),
