@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,8 @@ pub struct Session {
 struct Shared {
     url: String,
     pending: Mutex<Pending>,
+    /// Mirrors `Pending::dead` for lock-free checks on hot paths.
+    dead: AtomicBool,
 }
 
 #[derive(Default)]
@@ -129,6 +131,7 @@ impl Connection {
         let shared = Arc::new(Shared {
             url: url.to_string(),
             pending: Mutex::new(Pending::default()),
+            dead: AtomicBool::new(false),
         });
         let reader_shared = shared.clone();
         std::thread::Builder::new()
@@ -150,7 +153,12 @@ impl Connection {
 
     /// True once the connection broke.
     pub fn is_dead(&self) -> bool {
-        lock(&self.shared.pending).dead.is_some()
+        self.shared.dead.load(Ordering::Acquire)
+    }
+
+    /// Why the connection broke, if it did.
+    pub fn failure(&self) -> Option<String> {
+        lock(&self.shared.pending).dead.clone()
     }
 
     fn disconnected(&self, op: &'static str, detail: String) -> Error {
@@ -168,11 +176,10 @@ impl Connection {
         rpc::encode_request(id, request, &mut frame);
         {
             let mut p = lock(&self.shared.pending);
-            if let Some(d) = &p.dead {
-                let e = self.disconnected(op_name(request), d.clone());
+            if let Some(d) = p.dead.clone() {
                 drop(p);
-                sink.deliver(Err(e));
-                return Err(self.disconnected(op_name(request), "connection closed".into()));
+                sink.deliver(Err(self.disconnected(op_name(request), d.clone())));
+                return Err(self.disconnected(op_name(request), d));
             }
             p.sinks.insert(id, sink);
         }
@@ -258,6 +265,7 @@ fn fail_all(shared: &Shared, detail: &str) {
         if p.dead.is_none() {
             p.dead = Some(detail.to_string());
         }
+        shared.dead.store(true, Ordering::Release);
         p.sinks.drain().map(|(_, s)| s).collect()
     };
     for s in sinks {

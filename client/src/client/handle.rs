@@ -211,6 +211,16 @@ impl Client {
     /// allocation-free form for hot loops.
     pub fn get_into(&self, key: &RecordKey<'_>, out: &mut Vec<u8>) -> Result<Option<u64>> {
         if let Some(reader) = &self.reader {
+            // The regions stay mapped after the engine dies: refuse to serve
+            // them once the connection that brought them is gone.
+            let first = &self.conns[0];
+            if first.is_dead() {
+                return Err(Error::Disconnected {
+                    url: self.url(),
+                    op: "get",
+                    detail: first.failure().unwrap_or_default(),
+                });
+            }
             match reader.get_into(key, out, &self.counters)? {
                 Lookup::Found { version } => return Ok(Some(version)),
                 Lookup::Absent => return Ok(None),
