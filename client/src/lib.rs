@@ -3,6 +3,7 @@ pub mod bench_xstream;
 pub mod io500;
 pub mod client;
 pub mod fabric;
+pub mod fs;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod bench_kv;

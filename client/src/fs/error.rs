@@ -1,0 +1,61 @@
+//! Errors of the file namespace, each with the errno a POSIX caller expects.
+
+use crate::client::Error as ClientError;
+
+pub type FsResult<T> = std::result::Result<T, FsError>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FsError {
+    #[error("{0}: no such file or directory")]
+    NotFound(String),
+    #[error("{0}: file exists")]
+    Exists(String),
+    #[error("{0}: not a directory")]
+    NotDir(String),
+    #[error("{0}: is a directory")]
+    IsDir(String),
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
+    #[error("{0}: invalid argument: {1}")]
+    Invalid(String, &'static str),
+    #[error("{0}: name too long")]
+    NameTooLong(String),
+    #[error("{0}: stored entry is corrupt: {1}")]
+    Corrupt(String, super::entry::EntryError),
+    #[error("{what}: {source}")]
+    Client {
+        what: String,
+        #[source]
+        source: ClientError,
+    },
+}
+
+impl FsError {
+    /// The errno for this error (FUSE replies and POSIX-shaped callers).
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound(_) => libc::ENOENT,
+            FsError::Exists(_) => libc::EEXIST,
+            FsError::NotDir(_) => libc::ENOTDIR,
+            FsError::IsDir(_) => libc::EISDIR,
+            FsError::NotEmpty(_) => libc::ENOTEMPTY,
+            FsError::Invalid(..) => libc::EINVAL,
+            FsError::NameTooLong(_) => libc::ENAMETOOLONG,
+            FsError::Corrupt(..) | FsError::Client { .. } => libc::EIO,
+        }
+    }
+
+    /// As a `std::io::Error` with the matching kind.
+    pub fn into_io(self) -> std::io::Error {
+        let errno = self.errno();
+        let kind = std::io::Error::from_raw_os_error(errno).kind();
+        std::io::Error::new(kind, self)
+    }
+}
+
+/// Wraps a client error with what was being done.
+pub(crate) fn client_err(what: impl Into<String>) -> impl FnOnce(ClientError) -> FsError {
+    let what = what.into();
+    move |source| FsError::Client { what, source }
+}

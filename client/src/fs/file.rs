@@ -1,0 +1,273 @@
+//! File data: chunked extent writes and reads, size publication on close,
+//! truncate.
+
+use super::entry::{now_ns, Entry};
+use super::error::{client_err, FsError, FsResult};
+use super::Namespace;
+use crate::client::{Error as ClientError, Key, PunchScope, Reply, Request};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The akey of a chunk's array.
+pub const CHUNK_AKEY: &[u8] = b"d";
+
+/// The dkey of chunk `index`: `"c"` and the index, 8 bytes big-endian.
+pub fn chunk_dkey(index: u64) -> [u8; 9] {
+    let mut d = [0u8; 9];
+    d[0] = b'c';
+    d[1..].copy_from_slice(&index.to_be_bytes());
+    d
+}
+
+/// An open file. Shareable between threads: concurrent `write`s at disjoint
+/// ranges all land.
+#[derive(Debug)]
+pub struct FileHandle {
+    dir: u128,
+    name: String,
+    entry: Entry,
+    /// Entry version seen at open/create (for a cheap size update on close).
+    version: AtomicU64,
+    /// End of the highest byte written through this handle.
+    written_end: AtomicU64,
+    dirty: AtomicBool,
+}
+
+impl FileHandle {
+    pub(crate) fn new(dir: u128, name: &str, entry: Entry, version: u64) -> Self {
+        Self {
+            dir,
+            name: name.to_string(),
+            written_end: AtomicU64::new(entry.size),
+            entry,
+            version: AtomicU64::new(version),
+            dirty: AtomicBool::new(false),
+        }
+    }
+    pub fn entry(&self) -> &Entry {
+        &self.entry
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn dir(&self) -> u128 {
+        self.dir
+    }
+    /// Size as this handle sees it: stored size or what it wrote past it.
+    pub fn size(&self) -> u64 {
+        self.entry
+            .size
+            .max(self.written_end.load(Ordering::Acquire))
+    }
+}
+
+/// Splits `[offset, offset+len)` into (chunk index, offset in chunk,
+/// position in the caller's buffer, length) pieces.
+fn pieces(chunk: u64, offset: u64, len: usize) -> impl Iterator<Item = (u64, u64, usize, usize)> {
+    let mut pos = 0usize;
+    std::iter::from_fn(move || {
+        if pos >= len {
+            return None;
+        }
+        let abs = offset + pos as u64;
+        let index = abs / chunk;
+        let within = abs % chunk;
+        let n = ((chunk - within) as usize).min(len - pos);
+        let item = (index, within, pos, n);
+        pos += n;
+        Some(item)
+    })
+}
+
+fn expect_version(what: &str, r: crate::client::Result<Reply>) -> FsResult<()> {
+    match r {
+        Ok(Reply::Version(_)) => Ok(()),
+        Ok(Reply::Error { code, message }) => Err(FsError::Client {
+            what: what.to_string(),
+            source: ClientError::Remote {
+                op: "extent write",
+                status: code as u16,
+                message,
+            },
+        }),
+        Ok(other) => Err(FsError::Client {
+            what: what.to_string(),
+            source: ClientError::Protocol {
+                url: String::new(),
+                detail: format!("extent write answered with {other:?}"),
+            },
+        }),
+        Err(e) => Err(client_err(what)(e)),
+    }
+}
+
+impl Namespace {
+    fn chunk_key(&self, object: u128, index: u64) -> Key {
+        Key::new(self.container, object, &chunk_dkey(index), CHUNK_AKEY)
+    }
+
+    /// Writes `data` at `offset` of the file; chunks are written in parallel.
+    pub fn write(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> FsResult<()> {
+        let chunk = u64::from(fh.entry.chunk_size);
+        let futures: Vec<_> = pieces(chunk, offset, data.len())
+            .map(|(index, within, pos, n)| {
+                self.client.request_async(&Request::ExtentWrite {
+                    key: self.chunk_key(fh.entry.object, index),
+                    offset: within,
+                    data: data[pos..pos + n].to_vec(),
+                })
+            })
+            .collect();
+        for r in futures::executor::block_on(futures::future::join_all(futures)) {
+            expect_version(&fh.name, r)?;
+        }
+        fh.written_end
+            .fetch_max(offset + data.len() as u64, Ordering::AcqRel);
+        fh.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Reads into `buf` from `offset`, up to the file's size; returns bytes read.
+    pub fn read(&self, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> FsResult<usize> {
+        let size = fh.size();
+        if offset >= size {
+            return Ok(0);
+        }
+        let len = buf.len().min((size - offset) as usize);
+        let chunk = u64::from(fh.entry.chunk_size);
+        let parts: Vec<_> = pieces(chunk, offset, len).collect();
+        let futures: Vec<_> = parts
+            .iter()
+            .map(|&(index, within, _, n)| {
+                self.client.request_async(&Request::ExtentRead {
+                    key: self.chunk_key(fh.entry.object, index),
+                    offset: within,
+                    len: n as u32,
+                })
+            })
+            .collect();
+        let replies = futures::executor::block_on(futures::future::join_all(futures));
+        for (&(_, _, pos, n), r) in parts.iter().zip(replies) {
+            let out = &mut buf[pos..pos + n];
+            match r.map_err(client_err(fh.name.clone()))? {
+                Reply::Value(Some(found)) => {
+                    let k = found.value.len().min(n);
+                    out[..k].copy_from_slice(&found.value[..k]);
+                    out[k..].fill(0);
+                }
+                Reply::Value(None) => out.fill(0),
+                other => {
+                    return Err(FsError::Client {
+                        what: fh.name.clone(),
+                        source: ClientError::Protocol {
+                            url: self.client.url(),
+                            detail: format!("extent read answered with {other:?}"),
+                        },
+                    })
+                }
+            }
+        }
+        Ok(len)
+    }
+
+    /// Publishes what this handle wrote (size, mtime) so that every other
+    /// client sees it. Called by `close`; callable on its own (fsync, flush).
+    pub fn publish(&self, fh: &FileHandle) -> FsResult<()> {
+        if !fh.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let end = fh.written_end.load(Ordering::Acquire);
+        let mut fast = fh.entry.clone();
+        fast.size = fast.size.max(end);
+        fast.mtime_ns = now_ns();
+        let key = Key::new(
+            self.container,
+            fh.dir,
+            fh.name.as_bytes(),
+            super::entry::ENTRY_AKEY,
+        );
+        let seen = fh.version.load(Ordering::Acquire);
+        match self.client.put_if_version(&key, seen, &fast.encode()) {
+            Ok(v) => {
+                fh.version.store(v, Ordering::Release);
+                return Ok(());
+            }
+            Err(ClientError::VersionMismatch { .. }) => {}
+            Err(e) => return Err(client_err(fh.name.clone())(e)),
+        }
+        let object = fh.entry.object;
+        let e = self.update_entry(fh.dir, &fh.name, |e| {
+            if e.object != object {
+                return false; // replaced by another file meanwhile
+            }
+            e.size = e.size.max(end);
+            e.mtime_ns = now_ns();
+            true
+        })?;
+        let _ = e;
+        Ok(())
+    }
+
+    /// Closes a handle, publishing its size.
+    pub fn close(&self, fh: FileHandle) -> FsResult<()> {
+        self.publish(&fh)
+    }
+
+    /// Sets the size of file `name` in `dir`: chunks past it are removed,
+    /// the tail of the last partial chunk reads as zero.
+    pub fn truncate(&self, dir: u128, name: &str, size: u64) -> FsResult<Entry> {
+        let before = self.lookup(dir, name)?;
+        if before.kind != super::EntryKind::File {
+            return Err(FsError::Invalid(name.to_string(), "truncate of a non-file"));
+        }
+        let chunk = u64::from(before.chunk_size);
+        if size < before.size {
+            let first_gone = size.div_ceil(chunk);
+            let last = before.size.div_ceil(chunk);
+            for index in first_gone..last {
+                self.client
+                    .punch(PunchScope::Dkey, &self.chunk_key(before.object, index))
+                    .map_err(client_err(format!("truncate {name}")))?;
+            }
+            let within = size % chunk;
+            if within != 0 {
+                let tail_end = chunk.min(before.size - (size - within));
+                let zeros = vec![0u8; (tail_end - within) as usize];
+                if !zeros.is_empty() {
+                    self.client
+                        .write_extent(&self.chunk_key(before.object, size / chunk), within, &zeros)
+                        .map_err(client_err(format!("truncate {name}")))?;
+                }
+            }
+        }
+        let object = before.object;
+        self.update_entry(dir, name, |e| {
+            if e.object != object {
+                return false;
+            }
+            e.size = size;
+            e.mtime_ns = now_ns();
+            e.ctime_ns = e.mtime_ns;
+            true
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_split_at_chunk_boundaries() {
+        let p: Vec<_> = pieces(10, 7, 15).collect();
+        assert_eq!(p, vec![(0, 7, 0, 3), (1, 0, 3, 10), (2, 0, 13, 2)]);
+        assert_eq!(pieces(10, 0, 0).count(), 0);
+        let q: Vec<_> = pieces(1 << 20, 2 << 20, 2 << 20).collect();
+        assert_eq!(q, vec![(2, 0, 0, 1 << 20), (3, 0, 1 << 20, 1 << 20)]);
+    }
+
+    #[test]
+    fn chunk_dkeys_sort_by_index() {
+        assert!(chunk_dkey(1) < chunk_dkey(2));
+        assert!(chunk_dkey(255) < chunk_dkey(256));
+    }
+}
