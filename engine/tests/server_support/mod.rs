@@ -19,8 +19,7 @@ use ferrite_proto::record::{RecordFlags, RecordView};
 use ferrite_proto::region::{RegionDescriptor, RegionKind};
 use ferrite_proto::rpc::handshake::{login_proof, HELLO_WANT_SHM};
 use ferrite_proto::rpc::{
-    self, FrameHeader, Hello, Login, MessageType, Reply, Request, Welcome, HEADER_BYTES,
-    MAX_BODY_BYTES,
+    self, FrameHeader, Hello, Login, Reply, Request, Welcome, HEADER_BYTES, MAX_BODY_BYTES,
 };
 
 /// How long an engine may take to print `ready`.
@@ -369,6 +368,17 @@ impl Drop for Mapping {
     }
 }
 
+/// The seed of a randomised test: `FERRITE_SEED` if set, else random;
+/// printed so a failure can be replayed.
+pub fn test_seed() -> u64 {
+    let seed = std::env::var("FERRITE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    eprintln!("FERRITE_SEED={seed}");
+    seed
+}
+
 /// A fresh temp dir for one engine.
 pub fn temp_dir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -423,13 +433,4 @@ pub fn one_sided_get(
         index = u64::from(bucket.next());
     }
     None
-}
-
-pub fn expect_kind(reply: &Reply, kind: MessageType) {
-    let ok = match kind {
-        MessageType::Update => matches!(reply, Reply::Version(_)),
-        MessageType::Fetch => matches!(reply, Reply::Value(_)),
-        _ => true,
-    };
-    assert!(ok, "unexpected reply {reply:?} for {kind:?}");
 }
