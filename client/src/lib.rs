@@ -7,3 +7,4 @@ pub mod fs;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod bench_kv;
+pub mod jobs;

@@ -271,6 +271,7 @@ pub struct TaskRow {
 /// A task handed to a resource (one execution stream of a node).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskGrant {
+    #[serde(with = "job_hex")]
     pub job: u128,
     pub idx: u32,
     /// The task's id: the dkey of its record.
@@ -292,6 +293,7 @@ pub struct TaskGrant {
 /// What a resource reports when it has run a task.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskResult {
+    #[serde(with = "job_hex")]
     pub job: u128,
     pub idx: u32,
     pub attempt: u32,
@@ -318,6 +320,7 @@ pub enum SpecFormat {
 /// A job's gathered state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobStatus {
+    #[serde(with = "job_hex")]
     pub job: u128,
     pub name: String,
     pub state: JobPhase,
@@ -332,6 +335,7 @@ pub struct JobStatus {
 /// One line of `ferrite job list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSummary {
+    #[serde(with = "job_hex")]
     pub job: u128,
     pub name: String,
     pub state: JobPhase,
@@ -355,6 +359,7 @@ pub enum ToEngine {
     /// A worker's answer to [`ToPeer::StatusQuery`]: rows of its task state object.
     StatusRows {
         query: u64,
+        #[serde(with = "job_hex")]
         job: u128,
         rows: Vec<TaskRow>,
     },
@@ -365,11 +370,13 @@ pub enum ToEngine {
     /// Asks for a job's state; `watch` keeps sending it as it changes until
     /// the job ends.
     Status {
+        #[serde(with = "job_hex")]
         job: u128,
         watch: bool,
     },
     List,
     Cancel {
+        #[serde(with = "job_hex")]
         job: u128,
     },
 }
@@ -388,14 +395,17 @@ pub enum ToPeer {
     },
     /// Stop running tasks of this job; drop their results.
     Revoke {
+        #[serde(with = "job_hex")]
         job: u128,
     },
     /// Send your task state object rows of this job.
     StatusQuery {
         query: u64,
+        #[serde(with = "job_hex")]
         job: u128,
     },
     Submitted {
+        #[serde(with = "job_hex")]
         job: u128,
     },
     Status {
@@ -405,6 +415,7 @@ pub enum ToPeer {
         jobs: Vec<JobSummary>,
     },
     Cancelled {
+        #[serde(with = "job_hex")]
         job: u128,
     },
     Error {
@@ -452,6 +463,21 @@ pub fn read_frame<R: Read, T: for<'de> Deserialize<'de>>(
     let mut body = vec![0u8; len];
     input.read_exact(&mut body)?;
     Ok(Some(serde_json::from_slice(&body)?))
+}
+
+/// Job ids as 32 hex digits in JSON (serde_json's tagged enums cannot
+/// carry u128 numbers).
+mod job_hex {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(job: &u128, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{job:032x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Bytes as a lowercase hex string in JSON.
@@ -524,7 +550,7 @@ mod tests {
             read_frame::<_, ToEngine>(&mut &buf[..]),
             Err(FrameError::TooLong(_))
         ));
-        let body = br#"{"type":"finished","results":[{"job":1,"idx":0,"attempt":0,"xstream":0,"start_ns":1,"end_ns":2,"exit_code":0,"error":null,"stdout":"0g"}]}"#;
+        let body = br#"{"type":"finished","results":[{"job":"1","idx":0,"attempt":0,"xstream":0,"start_ns":1,"end_ns":2,"exit_code":0,"error":null,"stdout":"0g"}]}"#;
         let mut buf = (body.len() as u32).to_le_bytes().to_vec();
         buf.extend_from_slice(body);
         assert!(matches!(

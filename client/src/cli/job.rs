@@ -1,21 +1,223 @@
-//! `ferrite job ...` and `ferrite worker`.
+//! `ferrite job submit|list|status|cancel|serve` and `ferrite worker`.
 
+use std::path::PathBuf;
+
+use anyhow::Context;
 use clap::Subcommand;
+use ferrite_client::jobs::api::{parse_job_id, JobClient, DEFAULT_JOBS_PORT};
+use ferrite_client::jobs::picture;
+use ferrite_client::jobs::worker::{run_worker, WorkerConfig};
+use ferrite_proto::rpc_jobs::{JobStatus, TaskPhase};
+
+fn default_engine() -> String {
+    std::env::var("FERRITE_ENGINE").unwrap_or_else(|_| format!("127.0.0.1:{DEFAULT_JOBS_PORT}"))
+}
 
 #[derive(Subcommand, Debug)]
 pub enum JobCommand {
-    /// Submit a job file (TOML or JSON).
-    Submit { file: std::path::PathBuf },
-}
-#[derive(clap::Args, Debug)]
-pub struct WorkerArgs {
-    #[arg(long)]
-    pub engine: Option<String>,
+    /// Submit a job file (TOML, or JSON if it ends in .json); prints the job id.
+    Submit {
+        file: PathBuf,
+        /// Job service address (default $FERRITE_ENGINE or 127.0.0.1:7341).
+        #[arg(long)]
+        engine: Option<String>,
+        /// Wait for the job to end; fail if it does not finish.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// List jobs.
+    List {
+        #[arg(long)]
+        engine: Option<String>,
+    },
+    /// A job's state, gathered from its task state objects, and its DAG.
+    Status {
+        id: String,
+        /// Print again each time the job changes, until it ends.
+        #[arg(long)]
+        watch: bool,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        engine: Option<String>,
+    },
+    /// Cancel a job.
+    Cancel {
+        id: String,
+        #[arg(long)]
+        engine: Option<String>,
+    },
+    /// Run the job service by itself (what `ferrite-engine` starts too).
+    Serve {
+        #[arg(long, default_value_t = format!("127.0.0.1:{DEFAULT_JOBS_PORT}"))]
+        listen: String,
+        /// Directory of the job state files.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// Tasks granted to one execution stream at once.
+        #[arg(long, default_value_t = 64)]
+        depth: u32,
+    },
 }
 
-pub fn run(_c: JobCommand) -> anyhow::Result<()> {
-    anyhow::bail!("job: not built yet")
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// Job service address (default $FERRITE_ENGINE or 127.0.0.1:7341).
+    #[arg(long)]
+    pub engine: Option<String>,
+    /// Execution streams offered to the resource manager.
+    #[arg(long, default_value_t = 1)]
+    pub xstreams: u32,
+    /// Node name (default: host name and process id).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Directory for the task state objects (default: a per-process temp dir).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
 }
-pub fn worker(_a: WorkerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("worker: not built yet")
+
+pub fn run(c: JobCommand) -> anyhow::Result<()> {
+    match c {
+        JobCommand::Submit { file, engine, wait } => {
+            let mut client = JobClient::connect(&engine.unwrap_or_else(default_engine))?;
+            let job = client
+                .submit_file(&file)
+                .with_context(|| format!("submit {}", file.display()))?;
+            println!("{job:032x}");
+            if wait {
+                let status = client.wait(job)?;
+                eprint!("{}", picture::render(&status));
+                if status.state != ferrite_proto::rpc_jobs::JobPhase::Done {
+                    anyhow::bail!("job {job:032x} {}", status.state.as_str());
+                }
+            }
+            Ok(())
+        }
+        JobCommand::List { engine } => {
+            let mut client = JobClient::connect(&engine.unwrap_or_else(default_engine))?;
+            println!("{:<32}  {:<9}  {:>9}  name", "job", "state", "done");
+            for j in client.list()? {
+                let done = format!("{}/{}", j.done, j.tasks);
+                println!(
+                    "{:032x}  {:<9}  {done:>9}  {}",
+                    j.job,
+                    j.state.as_str(),
+                    j.name
+                );
+            }
+            Ok(())
+        }
+        JobCommand::Status {
+            id,
+            watch,
+            json,
+            engine,
+        } => {
+            let job = parse_job_id(&id)?;
+            let mut client = JobClient::connect(&engine.unwrap_or_else(default_engine))?;
+            let print = |s: &JobStatus| print_status(s, json);
+            if watch {
+                client.watch(job, print)?;
+            } else {
+                print(&client.status(job)?);
+            }
+            Ok(())
+        }
+        JobCommand::Cancel { id, engine } => {
+            let job = parse_job_id(&id)?;
+            JobClient::connect(&engine.unwrap_or_else(default_engine))?.cancel(job)?;
+            println!("cancelled {job:032x}");
+            Ok(())
+        }
+        JobCommand::Serve {
+            listen,
+            state_dir,
+            depth,
+        } => serve(listen, state_dir, depth),
+    }
+}
+
+#[cfg(feature = "embedded")]
+fn serve(listen: String, state_dir: PathBuf, depth: u32) -> anyhow::Result<()> {
+    use ferrite_engine::jobs::{JobService, JobServiceConfig};
+    let mut config = JobServiceConfig::new(state_dir);
+    config.listen = listen
+        .parse()
+        .with_context(|| format!("--listen {listen}"))?;
+    config.depth = depth;
+    let service = JobService::start(config)?;
+    eprintln!("job service listening on {}", service.addr());
+    // The service runs on its own threads until the process is stopped.
+    loop {
+        std::thread::park();
+    }
+}
+
+#[cfg(not(feature = "embedded"))]
+fn serve(_listen: String, _state_dir: PathBuf, _depth: u32) -> anyhow::Result<()> {
+    anyhow::bail!("this ferrite was built without the `embedded` feature: run ferrite-engine")
+}
+
+fn print_status(s: &JobStatus, json: bool) {
+    if json {
+        match serde_json::to_string(s) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("ferrite: status does not encode: {e}"),
+        }
+        return;
+    }
+    print!("{}", picture::render(s));
+    let detail = s.tasks.len() <= picture::DETAIL_MAX_TASKS;
+    let shown: Vec<_> = s
+        .tasks
+        .iter()
+        .filter(|t| detail || matches!(t.state, TaskPhase::Running | TaskPhase::Failed))
+        .take(100)
+        .collect();
+    if shown.is_empty() {
+        return;
+    }
+    println!(
+        "{:<20} {:<9} {:<16} {:>7} {:>12} {:>5}",
+        "task", "state", "node", "attempt", "run_us", "exit"
+    );
+    for t in shown {
+        let run_us = match (t.start_ns, t.end_ns) {
+            (Some(a), Some(b)) => format!("{}", b.saturating_sub(a) / 1000),
+            _ => "-".into(),
+        };
+        let exit = t.exit_code.map_or("-".into(), |c| c.to_string());
+        println!(
+            "{:<20} {:<9} {:<16} {:>7} {:>12} {:>5}{}",
+            t.id,
+            t.state.as_str(),
+            t.node.as_deref().unwrap_or("-"),
+            t.attempt,
+            run_us,
+            exit,
+            t.error
+                .as_deref()
+                .map(|e| format!("  {e}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
+pub fn worker(a: WorkerArgs) -> anyhow::Result<()> {
+    let pid = std::process::id();
+    let name = a.name.unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{pid}", host.trim())
+    });
+    let state_dir = a
+        .state_dir
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("ferrite-worker-{pid}")));
+    let config = WorkerConfig {
+        engine: a.engine.unwrap_or_else(default_engine),
+        node: name,
+        xstreams: a.xstreams,
+        state_dir,
+    };
+    run_worker(&config)?;
+    Ok(())
 }

@@ -1,0 +1,170 @@
+//! [`JobClient`]: submit, list, watch and cancel jobs on a job service.
+
+use std::io::{BufReader, BufWriter, Write};
+use std::net::TcpStream;
+use std::path::Path;
+
+use ferrite_proto::rpc_jobs::{
+    read_frame, write_frame, JobStatus, JobSummary, SpecFormat, ToEngine, ToPeer,
+};
+
+use super::error::JobsError;
+
+/// Port the job service listens on when none is given.
+pub const DEFAULT_JOBS_PORT: u16 = 7341;
+
+/// `tcp://host:port`, `host:port` or `host` → `host:port`.
+pub fn service_addr(url: &str) -> String {
+    let s = url
+        .strip_prefix("tcp://")
+        .unwrap_or(url)
+        .trim_end_matches('/');
+    if s.rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        s.to_string()
+    } else {
+        format!("{s}:{DEFAULT_JOBS_PORT}")
+    }
+}
+
+/// Parses a job id printed by `ferrite job submit` (hex).
+pub fn parse_job_id(s: &str) -> Result<u128, JobsError> {
+    let t = s.trim().trim_start_matches("0x");
+    if t.is_empty() || t.len() > 32 {
+        return Err(JobsError::BadJobId(s.into()));
+    }
+    u128::from_str_radix(t, 16).map_err(|_| JobsError::BadJobId(s.into()))
+}
+
+/// The format a job file's name says it has (`.json`, else TOML).
+pub fn format_of_path(path: &Path) -> SpecFormat {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("json") => SpecFormat::Json,
+        _ => SpecFormat::Toml,
+    }
+}
+
+/// A connection to a job service, one request at a time.
+#[derive(Debug)]
+pub struct JobClient {
+    input: BufReader<TcpStream>,
+    output: BufWriter<TcpStream>,
+}
+
+impl JobClient {
+    pub fn connect(url: &str) -> Result<Self, JobsError> {
+        let addr = service_addr(url);
+        let stream = TcpStream::connect(&addr).map_err(|source| JobsError::Connect {
+            addr: addr.clone(),
+            source,
+        })?;
+        let _ = stream.set_nodelay(true);
+        let read = stream.try_clone().map_err(JobsError::io("clone stream"))?;
+        Ok(Self {
+            input: BufReader::new(read),
+            output: BufWriter::new(stream),
+        })
+    }
+
+    fn send(&mut self, msg: &ToEngine) -> Result<(), JobsError> {
+        write_frame(&mut self.output, msg)?;
+        self.output.flush().map_err(JobsError::io("send"))
+    }
+
+    fn recv(&mut self) -> Result<ToPeer, JobsError> {
+        match read_frame(&mut self.input)? {
+            Some(ToPeer::Error { message }) => Err(JobsError::Service(message)),
+            Some(m) => Ok(m),
+            None => Err(JobsError::Closed),
+        }
+    }
+
+    /// Submits a job file's text; returns the job id.
+    pub fn submit(&mut self, text: &str, format: SpecFormat) -> Result<u128, JobsError> {
+        self.send(&ToEngine::Submit {
+            text: text.to_string(),
+            format,
+        })?;
+        match self.recv()? {
+            ToPeer::Submitted { job } => Ok(job),
+            other => Err(JobsError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Submits a job file (TOML, or JSON if it ends in `.json`).
+    pub fn submit_file(&mut self, path: &Path) -> Result<u128, JobsError> {
+        let text = std::fs::read_to_string(path).map_err(JobsError::io("read job file"))?;
+        self.submit(&text, format_of_path(path))
+    }
+
+    /// The job's state, gathered from the nodes' task state objects.
+    pub fn status(&mut self, job: u128) -> Result<JobStatus, JobsError> {
+        self.send(&ToEngine::Status { job, watch: false })?;
+        self.expect_status()
+    }
+
+    fn expect_status(&mut self) -> Result<JobStatus, JobsError> {
+        match self.recv()? {
+            ToPeer::Status { status } => Ok(status),
+            other => Err(JobsError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Calls `each` with the job's state every time it changes, until the
+    /// job ends; returns the final state.
+    pub fn watch(
+        &mut self,
+        job: u128,
+        mut each: impl FnMut(&JobStatus),
+    ) -> Result<JobStatus, JobsError> {
+        self.send(&ToEngine::Status { job, watch: true })?;
+        loop {
+            let status = self.expect_status()?;
+            each(&status);
+            if status.state.is_final() {
+                return Ok(status);
+            }
+        }
+    }
+
+    /// Waits until the job ends.
+    pub fn wait(&mut self, job: u128) -> Result<JobStatus, JobsError> {
+        self.watch(job, |_| {})
+    }
+
+    pub fn list(&mut self) -> Result<Vec<JobSummary>, JobsError> {
+        self.send(&ToEngine::List)?;
+        match self.recv()? {
+            ToPeer::Jobs { jobs } => Ok(jobs),
+            other => Err(JobsError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    pub fn cancel(&mut self, job: u128) -> Result<(), JobsError> {
+        self.send(&ToEngine::Cancel { job })?;
+        match self.recv()? {
+            ToPeer::Cancelled { .. } => Ok(()),
+            other => Err(JobsError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_and_ids_parse() {
+        assert_eq!(service_addr("tcp://127.0.0.1:9/"), "127.0.0.1:9");
+        assert_eq!(
+            service_addr("127.0.0.1"),
+            format!("127.0.0.1:{DEFAULT_JOBS_PORT}")
+        );
+        assert_eq!(parse_job_id("0xff").unwrap(), 255);
+        assert!(parse_job_id("xyz").is_err());
+        assert!(parse_job_id(&"f".repeat(33)).is_err());
+        assert_eq!(format_of_path(Path::new("a.JSON")), SpecFormat::Json);
+        assert_eq!(format_of_path(Path::new("a.toml")), SpecFormat::Toml);
+    }
+}
