@@ -5,13 +5,13 @@
 # /run/softroce-perftest.env for later payload steps (SOFTROCE_READ_LAT_TYPICAL_US,
 # SOFTROCE_READ_LAT_AVG_US, SOFTROCE_READ_BW_AVG_MBPS). Exits non-zero if either fails.
 #
-# Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 1000),
+# Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 300),
 # PERFTEST_TIMEOUT seconds per tool (default 120).
 set -u
 . /run/softroce.env
 
 LAT_ITERS=${PERFTEST_LAT_ITERS:-1000}
-BW_ITERS=${PERFTEST_BW_ITERS:-1000}
+BW_ITERS=${PERFTEST_BW_ITERS:-300}
 TOOL_TIMEOUT=${PERFTEST_TIMEOUT:-120}
 OUT=/tmp/perftest
 mkdir -p "$OUT"
