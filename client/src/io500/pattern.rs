@@ -75,32 +75,26 @@ pub fn fill(buf: &mut [u8], key: u64, offset: u64) {
     }
 }
 
+/// Bytes compared per block by [`count_mismatches`]: the expected block is generated on the
+/// stack and compared with `memcmp`; bytes are counted only in blocks that differ.
+const VERIFY_BLOCK_BYTES: usize = 4096;
+
 /// How many bytes of `buf` differ from the pattern of the file with `key` at `offset`.
 pub fn count_mismatches(buf: &[u8], key: u64, offset: u64) -> u64 {
-    let head = head_len(buf.len(), offset);
-    let (head_bytes, rest) = buf.split_at(head);
+    let mut expected = [0u8; VERIFY_BLOCK_BYTES];
     let mut bad = 0u64;
-    for (i, &b) in head_bytes.iter().enumerate() {
-        bad += u64::from(b != byte_at(key, offset + i as u64));
-    }
-    let start = offset + head as u64;
-    let mut chunks = rest.chunks_exact(8);
-    let mut step = (start / 8).wrapping_mul(ODD);
-    for chunk in &mut chunks {
-        let expected = (key ^ step).to_le_bytes();
-        if chunk != expected {
-            bad += chunk
+    let mut block_offset = offset;
+    for block in buf.chunks(VERIFY_BLOCK_BYTES) {
+        let expected = &mut expected[..block.len()];
+        fill(expected, key, block_offset);
+        if block != expected {
+            bad += block
                 .iter()
-                .zip(expected)
-                .filter(|(a, b)| **a != *b)
+                .zip(expected.iter())
+                .filter(|(a, b)| a != b)
                 .count() as u64;
         }
-        step = step.wrapping_add(ODD);
-    }
-    let tail = chunks.remainder();
-    let tail_start = start + (rest.len() - tail.len()) as u64;
-    for (i, &b) in tail.iter().enumerate() {
-        bad += u64::from(b != byte_at(key, tail_start + i as u64));
+        block_offset += block.len() as u64;
     }
     bad
 }
