@@ -4,7 +4,10 @@
 use std::cell::RefCell;
 use std::future::Future;
 
+use std::panic::AssertUnwindSafe;
+
 use futures::future::{AbortHandle, Abortable};
+use futures::FutureExt;
 use glommio::{Task, TaskQueueHandle};
 
 use crate::error::{Error, Result};
@@ -63,7 +66,8 @@ pub(crate) fn spawn_tracked(class: TaskClass, future: impl Future<Output = ()> +
         let slot = c.in_flight.insert(handle);
         let in_flight = c.in_flight.clone();
         let task = async move {
-            let _ = Abortable::new(future, registration).await;
+            // A panic cancels this task only: its caller sees `Canceled`.
+            let _ = Abortable::new(AssertUnwindSafe(future).catch_unwind(), registration).await;
             in_flight.remove(slot);
         };
         glommio::spawn_local_into(task, c.queues[class.index()]).map(Task::detach)

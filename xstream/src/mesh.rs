@@ -268,7 +268,9 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    Box::new(move || context::spawn_tracked(class, f()))
+    // `f` runs inside the task, so that a panic in it (caught there) cannot
+    // take the pump down.
+    Box::new(move || context::spawn_tracked(class, async move { f().await }))
 }
 
 struct Push {

@@ -134,3 +134,31 @@ fn panics_fail_the_task_not_the_xstream() {
         assert_eq!(got.unwrap(), xs.0 + 1);
     }
 }
+
+#[test]
+fn a_panicking_message_is_canceled_and_the_xstream_keeps_serving() {
+    let set = common::shared_set();
+    for xs in set.ids() {
+        let panicked = common::block_on(set.mesh().run_on(xs, TaskClass::Foreground, || async {
+            if std::hint::black_box(true) {
+                panic!("handler bug");
+            }
+            1
+        }));
+        assert!(
+            matches!(panicked, Err(ferrite_xstream::Error::Canceled)),
+            "{panicked:?}"
+        );
+        let panicked_early = common::block_on(set.mesh().run_on(
+            xs,
+            TaskClass::Control,
+            || -> std::future::Ready<u8> { panic!("bug before the future") },
+        ));
+        assert!(
+            matches!(panicked_early, Err(ferrite_xstream::Error::Canceled)),
+            "{panicked_early:?}"
+        );
+        let fine = common::block_on(set.mesh().run_on(xs, TaskClass::Control, || async { 7 }));
+        assert_eq!(fine.unwrap(), 7);
+    }
+}
