@@ -64,6 +64,7 @@ rdma link add rxe1 type rxe netdev veth1
 
 # GID index of an rxe device's IPv4-mapped RoCE v2 GID (::ffff:a.b.c.d).
 gid_index() {
+    # shellcheck disable=SC2046,SC2183 # the four octets are split on purpose
     want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' $(echo "$2" | tr . ' '))
     tries=0
     while [ "$tries" -lt 50 ]; do

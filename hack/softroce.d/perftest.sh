@@ -8,6 +8,7 @@
 # Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 300),
 # PERFTEST_TIMEOUT seconds per tool (default 120).
 set -u
+# shellcheck disable=SC1091 # written by net-setup.sh at boot
 . /run/softroce.env
 
 LAT_ITERS=${PERFTEST_LAT_ITERS:-1000}
@@ -61,6 +62,7 @@ result_row() { awk '$1 ~ /^[0-9]+$/ && NF >= 4 { print; exit }' "$1"; }
 fail=0
 if run_pair ib_read_lat 18515 -n "$LAT_ITERS"; then
     # Columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
+    # shellcheck disable=SC2046 # split the row into its columns
     set -- $(result_row "$OUT/ib_read_lat")
     if [ $# -ge 6 ]; then
         echo "softroce-perftest: ib_read_lat bytes=$1 iters=$2 t_min_us=$3 t_typical_us=$5 t_avg_us=$6 PASS"
@@ -76,6 +78,7 @@ fi
 
 if run_pair ib_read_bw 18516 -n "$BW_ITERS"; then
     # Columns: bytes iterations bw_peak bw_average msg_rate
+    # shellcheck disable=SC2046 # split the row into its columns
     set -- $(result_row "$OUT/ib_read_bw")
     if [ $# -ge 5 ]; then
         echo "softroce-perftest: ib_read_bw bytes=$1 iters=$2 bw_peak_MBps=$3 bw_avg_MBps=$4 msg_rate_Mpps=$5 PASS"
