@@ -4,6 +4,7 @@ pub mod io500;
 pub mod client;
 pub mod fabric;
 pub mod fs;
+pub mod fuse;
 #[cfg(feature = "embedded")]
 pub mod embedded;
 pub mod bench_kv;
