@@ -198,9 +198,8 @@ impl Store {
     }
 
     /// Runs cleaning passes whenever [`Store::cleaning_wanted`], until
-    /// [`Store::stop_cleaner`]; checks every `idle`.
+    /// [`Store::stop_cleaner`] or the store is poisoned; checks every `idle`.
     pub async fn run_cleaner(self: Rc<Self>, idle: Duration) {
-        self.cleaner_stop.set(false);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
             if !self.cleaning_wanted() {
                 glommio::timer::sleep(idle).await;
@@ -216,6 +215,7 @@ impl Store {
     /// Spawns [`Store::run_cleaner`] on a low-share, latency-insensitive task
     /// queue of the current executor.
     pub fn spawn_cleaner(self: &Rc<Self>) -> glommio::task::JoinHandle<()> {
+        self.cleaner_stop.set(false);
         let tq = glommio::executor().create_task_queue(
             Shares::Static(CLEANER_SHARES),
             Latency::NotImportant,
