@@ -199,7 +199,10 @@ impl Store {
 
     /// Runs cleaning passes whenever [`Store::cleaning_wanted`], until
     /// [`Store::stop_cleaner`] or the store is poisoned; checks every `idle`.
+    /// While it runs, foreground writes that would take the log past
+    /// twice the live data (plus four segments) wait for it (up to 10 s).
     pub async fn run_cleaner(self: Rc<Self>, idle: Duration) {
+        self.cleaner_active.set(true);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
             if !self.cleaning_wanted() {
                 glommio::timer::sleep(idle).await;
@@ -210,12 +213,14 @@ impl Store {
                 glommio::timer::sleep(idle * 20).await;
             }
         }
+        self.cleaner_active.set(false);
     }
 
     /// Spawns [`Store::run_cleaner`] on a low-share, latency-insensitive task
     /// queue of the current executor.
     pub fn spawn_cleaner(self: &Rc<Self>) -> glommio::task::JoinHandle<()> {
         self.cleaner_stop.set(false);
+        self.cleaner_active.set(true);
         let tq = glommio::executor().create_task_queue(
             Shares::Static(CLEANER_SHARES),
             Latency::NotImportant,

@@ -25,8 +25,11 @@ use futures::channel::oneshot;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Waits for space before giving up with `LogFull`.
-const SPACE_WAIT_ROUNDS: u32 = 2000;
+/// Waits for space (1 ms each) before giving up with `LogFull`.
+const SPACE_WAIT_ROUNDS: u32 = 20_000;
+/// Waits (1 ms each) for a running cleaner to bring disk use back under
+/// budget before writing past it anyway.
+const CLEANER_WAIT_ROUNDS: u32 = 10_000;
 
 /// A record appended and not yet published.
 #[derive(Debug, Clone, Copy)]
@@ -122,6 +125,12 @@ impl Store {
         self.geo.log_bytes.saturating_sub(reserve + cleaner)
     }
 
+    /// Disk use foreground writes wait at while a cleaner runs: twice the
+    /// live data plus four cleaner segments.
+    pub(crate) fn disk_budget(&self) -> u64 {
+        2 * self.live_bytes.get() + 4 * self.config.segment_bytes
+    }
+
     /// Waits until `len` bytes can be appended without an await in between.
     pub(crate) async fn reserve_space(&self, len: u64, for_cleaner: bool) -> Result<()> {
         if len > self.geo.ring_bytes / 2 {
@@ -130,6 +139,7 @@ impl Store {
                 self.geo.ring_bytes
             )));
         }
+        let mut waited_for_cleaner = 0;
         for _ in 0..SPACE_WAIT_ROUNDS {
             self.check_writable()?;
             let (head, durable, tail) = {
@@ -139,6 +149,15 @@ impl Store {
             let need = self.need(head, len);
             if head + need - durable > self.geo.ring_bytes {
                 self.wait_durable(head).await?;
+                continue;
+            }
+            let over_budget = !for_cleaner
+                && self.cleaner_active.get()
+                && head + need - tail > self.disk_budget()
+                && waited_for_cleaner < CLEANER_WAIT_ROUNDS;
+            if over_budget {
+                waited_for_cleaner += 1;
+                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
                 continue;
             }
             if head + need - tail > self.log_limit(for_cleaner) {

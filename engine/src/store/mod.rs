@@ -233,6 +233,7 @@ pub struct Store {
     checkpoint_generation: Cell<u64>,
     checkpoint_lock: glommio::sync::Semaphore,
     cleaner_stop: Cell<bool>,
+    cleaner_active: Cell<bool>,
 }
 
 impl std::fmt::Debug for Store {

@@ -96,6 +96,7 @@ impl Store {
             checkpoint_generation: Cell::new(0),
             checkpoint_lock: glommio::sync::Semaphore::new(1),
             cleaner_stop: Cell::new(false),
+            cleaner_active: Cell::new(false),
         };
         if fresh {
             store.format().await?;
