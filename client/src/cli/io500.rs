@@ -1,12 +1,17 @@
 //! `ferrite io500`: the IO500-style benchmark (see `ferrite_client::io500`).
 //!
 //! `--backend posix --dir PATH` runs the phases through POSIX calls on any directory;
-//! `--backend ferrite` (the default) will run them on the Ferrite namespace once it is wired.
+//! `--backend ferrite` (the default) runs them on the Ferrite namespace through the client
+//! library (like IOR's DFS backend), on `--engine URL` or on an embedded engine.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use ferrite_client::client::Client;
+use ferrite_client::fs::io500::FerriteBackend;
+use ferrite_client::fs::{Namespace, DEFAULT_CONTAINER};
 use ferrite_client::io500::config::{parse_bytes, parse_duration, IOR_EASY_TRANSFER_BYTES};
 use ferrite_client::io500::{run as run_io500, Config, PosixBackend, RunReport};
 
@@ -31,6 +36,9 @@ pub struct Args {
     /// Engine to use with `--backend ferrite`; without it one is started embedded.
     #[arg(long)]
     pub engine: Option<String>,
+    /// Namespace container for `--backend ferrite`.
+    #[arg(long, default_value_t = DEFAULT_CONTAINER)]
+    pub container: u64,
     /// Client tasks (threads) per phase. Default: the number of CPUs.
     #[arg(long)]
     pub tasks: Option<usize>,
@@ -84,6 +92,28 @@ fn config_from(args: &Args) -> Config {
     config
 }
 
+/// The engine at `url`, or an embedded one; with a description for the report.
+fn connect(url: Option<&str>) -> anyhow::Result<(Client, String)> {
+    match url {
+        Some(url) => {
+            let client = Client::connect(url).with_context(|| format!("connect to {url}"))?;
+            Ok((client, format!("ferrite:{url}")))
+        }
+        None => embedded(),
+    }
+}
+
+#[cfg(feature = "embedded")]
+fn embedded() -> anyhow::Result<(Client, String)> {
+    let client = ferrite_client::embedded::connect().context("start an embedded engine")?;
+    Ok((client, "ferrite:embedded".to_string()))
+}
+
+#[cfg(not(feature = "embedded"))]
+fn embedded() -> anyhow::Result<(Client, String)> {
+    bail!("no --engine given and this ferrite is built without the embedded engine")
+}
+
 fn print(report: &RunReport, json: bool) {
     if json {
         eprint!("{}", report.table());
@@ -105,10 +135,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             run_io500(&backend, &config)?
         }
         BackendKind::Ferrite => {
-            bail!(
-                "ferrite backend not wired yet: the Ferrite file namespace has not landed; \
-                 use --backend posix --dir PATH"
-            );
+            let (client, description) = connect(args.engine.as_deref())?;
+            let namespace = Namespace::new(Arc::new(client), args.container);
+            let backend = FerriteBackend::new(namespace, description);
+            run_io500(&backend, &config)?
         }
     };
     print(&report, args.json);
@@ -123,4 +153,117 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(args: &[&str]) -> Args {
+        let argv = std::iter::once("io500").chain(args.iter().copied());
+        Cli::try_parse_from(argv).unwrap().args
+    }
+
+    #[test]
+    fn defaults_are_the_ferrite_backend_and_a_30s_stonewall() {
+        let args = parse(&[]);
+        assert_eq!(args.backend, BackendKind::Ferrite);
+        assert_eq!(args.stonewall, Duration::from_secs(30));
+        let config = config_from(&args);
+        assert!(config.progress && !config.keep);
+        assert_eq!(config.ior_easy_max_transfers, u64::MAX);
+    }
+
+    #[test]
+    fn durations_and_caps_reach_the_config() {
+        let args = parse(&[
+            "--backend",
+            "posix",
+            "--stonewall",
+            "500ms",
+            "--tasks",
+            "3",
+            "--ior-easy-max-bytes",
+            "5MiB",
+            "--ior-hard-max-segments",
+            "7",
+            "--mdtest-easy-max-files",
+            "8",
+            "--mdtest-hard-max-files",
+            "9",
+            "--keep",
+        ]);
+        let config = config_from(&args);
+        assert_eq!(config.stonewall, Duration::from_millis(500));
+        assert_eq!(config.tasks, 3);
+        assert_eq!(
+            config.ior_easy_max_transfers, 2,
+            "5 MiB is two whole 2 MiB transfers"
+        );
+        assert_eq!(config.ior_hard_max_segments, 7);
+        assert_eq!(config.mdtest_easy_max_files, 8);
+        assert_eq!(config.mdtest_hard_max_files, 9);
+        assert!(config.keep);
+        assert!(Cli::try_parse_from(["io500", "--stonewall", "soon"]).is_err());
+    }
+
+    /// The default backend end to end on an embedded engine: every phase verifies.
+    #[cfg(feature = "embedded")]
+    #[test]
+    fn ferrite_backend_runs_on_an_embedded_engine() {
+        let args = parse(&[
+            "--tasks",
+            "2",
+            "--stonewall",
+            "10m",
+            "--no-progress",
+            "--ior-easy-max-bytes",
+            "2MiB",
+            "--ior-hard-max-segments",
+            "3",
+            "--mdtest-easy-max-files",
+            "5",
+            "--mdtest-hard-max-files",
+            "8",
+        ]);
+        assert_eq!(args.backend, BackendKind::Ferrite);
+        run(args).unwrap();
+    }
+
+    #[test]
+    fn posix_needs_a_dir_and_runs_on_one() {
+        let err = run(parse(&["--backend", "posix"])).unwrap_err();
+        assert!(err.to_string().contains("--dir"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_str().unwrap();
+        let args = parse(&[
+            "--backend",
+            "posix",
+            "--dir",
+            path,
+            "--tasks",
+            "2",
+            "--stonewall",
+            "10m",
+            "--no-progress",
+            "--ior-easy-max-bytes",
+            "2MiB",
+            "--ior-hard-max-segments",
+            "3",
+            "--mdtest-easy-max-files",
+            "5",
+            "--mdtest-hard-max-files",
+            "105",
+        ]);
+        run(args).unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "the run cleaned up after itself");
+    }
 }
