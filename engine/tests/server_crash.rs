@@ -104,18 +104,47 @@ fn run_writer(
     }
 }
 
+/// After a stuck batch: is the engine still answering, and which of the
+/// keys does a single fetch get stuck on?
+fn diagnose(engine: &EngineProcess, keys: &[Key]) -> String {
+    let mut c = match RawClient::connect_tcp(engine.tcp, None) {
+        Ok(c) => c,
+        Err(e) => return format!("engine refuses new connections: {e}"),
+    };
+    if let Stream::Tcp(s) = &c.stream {
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    }
+    let stat = c.call(&Request::Stat);
+    let mut stuck = Vec::new();
+    for k in keys {
+        match RawClient::connect_tcp(engine.tcp, None) {
+            Ok(mut one) => {
+                if let Stream::Tcp(s) = &one.stream {
+                    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                }
+                if one.call(&Request::Fetch { key: k.clone() }).is_err() {
+                    stuck.push(String::from_utf8_lossy(&k.dkey).into_owned());
+                }
+            }
+            Err(e) => return format!("stat {stat:?}; connect failed: {e}"),
+        }
+    }
+    format!("a new connection's Stat: {stat:?}; single fetches stuck on {stuck:?}")
+}
+
 fn verify_and_settle(engine: &EngineProcess, model: &Model) -> usize {
     let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
     let mut m = model.lock().unwrap();
     let keys: Vec<Key> = m.keys().cloned().collect();
     let mut checked = 0;
-    for chunk in keys.chunks(256) {
+    for chunk in keys.chunks(64) {
         let batch = chunk
             .iter()
             .map(|k| Request::Fetch { key: k.clone() })
             .collect();
-        let Reply::Batch(replies) = c.call(&Request::Batch(batch)).unwrap() else {
-            panic!("batch fetch")
+        let replies = match c.call(&Request::Batch(batch)) {
+            Ok(Reply::Batch(replies)) => replies,
+            other => panic!("batch fetch: {other:?}; {}", diagnose(engine, chunk)),
         };
         for (k, r) in chunk.iter().zip(replies) {
             let got: State = match r {

@@ -36,14 +36,17 @@ pub struct EngineProcess {
 }
 
 impl EngineProcess {
-    /// Starts an engine with 2 xstreams on file bdevs in `dir`, TCP on a free
-    /// loopback port; `extra` flags are appended.
+    /// Starts an engine with 2 xstreams (`FERRITE_TEST_XSTREAMS` to change)
+    /// on file bdevs in `dir`, TCP on a free loopback port; `extra` flags
+    /// are appended.
     pub fn start(dir: &Path, extra: &[&str]) -> Self {
         let unix = dir.join("engine.sock");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrite-engine"));
         cmd.arg("--data-dir")
             .arg(dir)
-            .args(["--xstreams", "2", "--tcp", "127.0.0.1:0"])
+            .arg("--xstreams")
+            .arg(std::env::var("FERRITE_TEST_XSTREAMS").unwrap_or_else(|_| "2".into()))
+            .args(["--tcp", "127.0.0.1:0"])
             .args(["--bdev", "uring:{dir}/target-{i}.bdev?size=64M"])
             .args(["--ring-bytes", "4M", "--buckets", "4096"])
             .arg("--unix")
