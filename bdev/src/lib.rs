@@ -2,6 +2,18 @@
 //! device ([`Bdev`]), a per-xstream [`Channel`] that owns its queue, and
 //! submit/complete as futures.
 //!
+//! Backends, opened from a spec string by [`open`]:
+//!
+//! | spec | module | what |
+//! |---|---|---|
+//! | `malloc:1G` | [`malloc`] | RAM, for tests and emulation |
+//! | `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1&buf=64K]` | [`uring`] | file or block device through io_uring, O_DIRECT, one ring per channel |
+//! | `pmem:/path[?size=1G&populate=1]` | [`pmem`] | memory-mapped file: MAP_SYNC + cache-line flushes on DAX, msync elsewhere; zero-copy [`pmem::PmemBdev::slice`] |
+//! | `spdk:<bdev>?config=<json>` | `spdk` (feature `spdk`) | SPDK bdev through FFI, untested (see `SPDK.md`) |
+//!
+//! Wrappers for fault injection stack on any of them: [`wrap::ErrorBdev`],
+//! [`wrap::DelayBdev`], [`wrap::CrashBdev`].
+//!
 //! ```
 //! use ferrite_bdev::{open, IoBuf};
 //!

@@ -5,6 +5,9 @@
 //! write_zeroes reading zero, bounds and alignment errors, back-pressure past
 //! the queue depth, and channels on several glommio executors at once.
 
+mod common;
+
+use common::run;
 use ferrite_bdev::wrap::{CrashBdev, DelayBdev, Delays, ErrorBdev};
 use ferrite_bdev::{open, BdevError, BdevRef, Channel, IoBuf, IoType};
 use futures::future::join_all;
@@ -12,19 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const DEV_SIZE: u64 = 4 << 20;
-
-/// Runs `f` in a fresh glommio executor on its own thread.
-fn run<F, Fut>(f: F)
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + 'static,
-{
-    glommio::LocalExecutorBuilder::default()
-        .spawn(f)
-        .expect("start executor")
-        .join()
-        .expect("executor thread");
-}
 
 fn pattern(ch: &dyn Channel, len: usize, seed: u8) -> IoBuf {
     let mut b = ch.alloc(len).unwrap();

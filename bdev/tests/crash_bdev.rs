@@ -2,17 +2,12 @@
 //! `CrashBdev::crash`, every unflushed write is kept, dropped or torn at a
 //! sector boundary exactly as reported, and flushed data is never lost.
 
+mod common;
+
+use common::run;
 use ferrite_bdev::wrap::{CrashBdev, Fate, TEAR_SECTOR};
 use ferrite_bdev::{open, Bdev, BdevRef, Channel, IoBuf};
 use std::sync::Arc;
-
-fn run<Fut: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> Fut + Send + 'static) {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(f)
-        .unwrap()
-        .join()
-        .unwrap();
-}
 
 fn filled(ch: &dyn Channel, len: usize, byte: u8) -> IoBuf {
     let mut b = ch.alloc(len).unwrap();

@@ -1,17 +1,12 @@
 //! Guards `ErrorBdev`'s selection of I/Os (kind, range, n-th, probability
 //! with a seed, hit limit) and what a fault does (fail, corrupt).
 
+mod common;
+
+use common::run;
 use ferrite_bdev::wrap::{ErrorBdev, ErrorRule};
 use ferrite_bdev::{open, Bdev, BdevError, IoType};
 use std::sync::Arc;
-
-fn run<Fut: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> Fut + Send + 'static) {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(f)
-        .unwrap()
-        .join()
-        .unwrap();
-}
 
 const BS: usize = 4096;
 

@@ -288,8 +288,10 @@ impl CrashChannel {
         crate::check_range(&self.name, "write", bs, self.size_bytes, offset, len)?;
         self.capture(offset, len).await?;
         let out = op().await?;
+        // No aliveness check here: `crash` waits for this write before it
+        // moves to a new epoch, so the write is always recorded and its
+        // fate decided like any other unflushed write.
         let mut st = lock(&self.state);
-        self.check_alive(&st)?;
         let seq = st.next_seq;
         st.next_seq += 1;
         st.unflushed.push(Unflushed {
