@@ -9,3 +9,4 @@ pub mod fuse;
 pub mod embedded;
 pub mod bench_kv;
 pub mod jobs;
+pub mod bdevperf;
