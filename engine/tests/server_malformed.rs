@@ -65,6 +65,10 @@ fn bad_frames_close_only_their_connection() {
     .unwrap();
     assert_eq!(closing_error(&mut c), ErrorCode::Unauthenticated);
 
+    // A connection that never logs in is dropped after the handshake timeout.
+    let mut c = RawClient::tcp(engine.tcp).unwrap();
+    assert_eq!(closing_error(&mut c), ErrorCode::Unauthenticated);
+
     // After login: bad magic.
     let mut c = logged_in(&engine);
     let mut frame = Vec::new();

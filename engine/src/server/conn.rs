@@ -14,6 +14,7 @@ use std::sync::Arc;
 use ferrite_proto::rpc::{self, ErrorCode, FrameHeader, MessageType, Reply, Request, HEADER_BYTES};
 use ferrite_proto::FormatError;
 use futures::channel::mpsc;
+use futures::future::Either;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use futures::{SinkExt, StreamExt};
 
@@ -21,6 +22,8 @@ use super::{handshake, route, Shared};
 
 /// Replies gathered into one write, at most.
 const WRITE_BATCH_BYTES: usize = 256 << 10;
+/// A connection must complete its login within this time.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Read buffer per connection.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
@@ -116,7 +119,19 @@ where
     let (rd, mut wr) = stream.split();
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let max_body = shared.max_frame_bytes;
-    if let Err(e) = handshake::run(&mut rd, &mut wr, fd, &shared, transport).await {
+    let handshake = {
+        let run = handshake::run(&mut rd, &mut wr, fd, &shared, transport);
+        let deadline = glommio::timer::sleep(HANDSHAKE_TIMEOUT);
+        futures::pin_mut!(run, deadline);
+        match futures::future::select(run, deadline).await {
+            Either::Left((outcome, _)) => outcome,
+            Either::Right(_) => Err(FrameError::Refused(
+                ErrorCode::Unauthenticated,
+                format!("no login within {HANDSHAKE_TIMEOUT:?}"),
+            )),
+        }
+    };
+    if let Err(e) = handshake {
         if let FrameError::Refused(code, message) = e {
             refuse(&mut wr, code, &message).await;
         }
