@@ -46,7 +46,10 @@ impl Mount {
 impl Drop for Mount {
     fn drop(&mut self) {
         if is_mounted(&self.dir) {
-            let _ = Command::new(env!("CARGO_BIN_EXE_ferrite")).arg("umount").arg(&self.dir).status();
+            let _ = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+                .arg("umount")
+                .arg(&self.dir)
+                .status();
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -78,7 +81,10 @@ fn usable() -> bool {
     }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    assert!(root && Path::new("/dev/fuse").exists(), "the FUSE test needs root and /dev/fuse (or FERRITE_SKIP_FUSE=1)");
+    assert!(
+        root && Path::new("/dev/fuse").exists(),
+        "the FUSE test needs root and /dev/fuse (or FERRITE_SKIP_FUSE=1)"
+    );
     true
 }
 
@@ -93,20 +99,44 @@ fn standard_tools_work_on_the_mount() {
     std::fs::create_dir_all(&mnt).unwrap();
     std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
     for i in 0..20 {
-        std::fs::write(src.join(format!("sub/f{i:02}.txt")), format!("file {i}\n").repeat(i * 50 + 1)).unwrap();
+        std::fs::write(
+            src.join(format!("sub/f{i:02}.txt")),
+            format!("file {i}\n").repeat(i * 50 + 1),
+        )
+        .unwrap();
     }
-    std::fs::write(src.join("sub/deeper/big.bin"), (0..3_000_000u32).map(|i| (i * 7 % 256) as u8).collect::<Vec<_>>()).unwrap();
+    std::fs::write(
+        src.join("sub/deeper/big.bin"),
+        (0..3_000_000u32)
+            .map(|i| (i * 7 % 256) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
     std::os::unix::fs::symlink("f01.txt", src.join("sub/link")).unwrap();
     let m = Mount::start(&mnt);
     let s = src.display();
     // cp -a and a byte-for-byte comparison, symlinks included.
-    sh(&mnt, &format!("cp -a {s} cp && diff -r {s} cp && test \"$(readlink cp/sub/link)\" = f01.txt"));
+    sh(
+        &mnt,
+        &format!("cp -a {s} cp && diff -r {s} cp && test \"$(readlink cp/sub/link)\" = f01.txt"),
+    );
     // tar out of and into the mount.
-    sh(&mnt, &format!("tar -C {s} -cf t.tar . && mkdir un && tar -C un -xf t.tar && diff -r {s} un"));
+    sh(
+        &mnt,
+        &format!("tar -C {s} -cf t.tar . && mkdir un && tar -C un -xf t.tar && diff -r {s} un"),
+    );
     // rsync in, then again (nothing to transfer), then compare.
-    sh(&mnt, &format!("rsync -a {s}/ rs/ && rsync -a --itemize-changes {s}/ rs/ > again && diff -r {s} rs"));
+    sh(
+        &mnt,
+        &format!(
+            "rsync -a {s}/ rs/ && rsync -a --itemize-changes {s}/ rs/ > again && diff -r {s} rs"
+        ),
+    );
     let again = std::fs::read_to_string(mnt.join("again")).unwrap();
-    assert!(again.lines().all(|l| !l.starts_with(">f")), "second rsync re-sent files: {again}");
+    assert!(
+        again.lines().all(|l| !l.starts_with(">f")),
+        "second rsync re-sent files: {again}"
+    );
     // find by name and size.
     let found = sh(&mnt, "find cp -name 'f1*.txt' | sort | wc -l");
     assert_eq!(found.trim(), "10");
@@ -126,7 +156,11 @@ fn standard_tools_work_on_the_mount() {
     let e = std::fs::read(mnt.join("missing")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
     // Unmount with `ferrite umount`; the mount process exits.
-    let st = Command::new(env!("CARGO_BIN_EXE_ferrite")).arg("umount").arg(&mnt).status().unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .arg("umount")
+        .arg(&mnt)
+        .status()
+        .unwrap();
     assert!(st.success());
     assert!(!is_mounted(&mnt));
     drop(m);

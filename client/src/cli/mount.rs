@@ -74,13 +74,21 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         MountOption::AllowOther,
         MountOption::RW,
     ];
-    let session = fuser::spawn_mount2(FerriteFuse::new(ns), &a.mountpoint, &options)
-        .with_context(|| format!("mount on {} (needs /dev/fuse and root or fusermount3)", a.mountpoint.display()))?;
+    let session =
+        fuser::spawn_mount2(FerriteFuse::new(ns), &a.mountpoint, &options).with_context(|| {
+            format!(
+                "mount on {} (needs /dev/fuse and root or fusermount3)",
+                a.mountpoint.display()
+            )
+        })?;
     println!("ferrite: mounted on {}", a.mountpoint.display());
     // Until a stop signal, or until someone else unmounts (the session ends).
     while !session.guard.is_finished() {
         if wait_stop_signal(&signals, Duration::from_millis(500)) {
-            eprintln!("ferrite: stop signal, unmounting {}", a.mountpoint.display());
+            eprintln!(
+                "ferrite: stop signal, unmounting {}",
+                a.mountpoint.display()
+            );
             break;
         }
     }

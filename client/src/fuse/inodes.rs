@@ -78,7 +78,11 @@ impl Inodes {
 
     /// Records a rename of the entry behind `object`.
     pub fn moved(&mut self, object: u128, parent: u128, name: &str) {
-        if let Some(n) = self.by_object.get(&object).and_then(|i| self.nodes.get_mut(i)) {
+        if let Some(n) = self
+            .by_object
+            .get(&object)
+            .and_then(|i| self.nodes.get_mut(i))
+        {
             n.parent = parent;
             n.name = name.to_string();
         }

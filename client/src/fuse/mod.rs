@@ -128,7 +128,13 @@ impl FerriteFuse {
         self.ns.setattr(dir, name, attr)
     }
 
-    fn make_file(&mut self, req: &Request<'_>, parent: u64, name: &str, mode: u32) -> Result<(u64, u64, FileAttr), i32> {
+    fn make_file(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+    ) -> Result<(u64, u64, FileAttr), i32> {
         let dir = self.dir_object(parent)?;
         let fh = self.ns.create(dir, name, mode).map_err(|e| e.errno())?;
         let e = self.own(dir, name, req).map_err(|e| e.errno())?;
@@ -165,7 +171,9 @@ fn time_ns(t: TimeOrNow) -> i64 {
         TimeOrNow::SpecificTime(st) => st,
         TimeOrNow::Now => SystemTime::now(),
     };
-    st.duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    st.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }
 
 mod ops;

@@ -51,7 +51,10 @@ impl Filesystem for FerriteFuse {
         }
         let (parent, name, _) = tri!(reply, self.node(ino));
         if let Some(size) = size {
-            tri!(reply, self.ns.truncate(parent, &name, size).map_err(|e| e.errno()));
+            tri!(
+                reply,
+                self.ns.truncate(parent, &name, size).map_err(|e| e.errno())
+            );
         }
         let change = SetAttr {
             mode,
@@ -59,7 +62,12 @@ impl Filesystem for FerriteFuse {
             gid,
             mtime_ns: mtime.map(time_ns),
         };
-        let e = tri!(reply, self.ns.setattr(parent, &name, change).map_err(|e| e.errno()));
+        let e = tri!(
+            reply,
+            self.ns
+                .setattr(parent, &name, change)
+                .map_err(|e| e.errno())
+        );
         reply.attr(&ATTR_TTL, &self.attr(ino, &e));
     }
 
@@ -71,7 +79,16 @@ impl Filesystem for FerriteFuse {
         reply.data(&e.link);
     }
 
-    fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _rdev: u32, reply: ReplyEntry) {
+    fn mknod(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
         if mode & libc::S_IFMT != libc::S_IFREG {
             return reply.error(libc::EPERM);
         }
@@ -86,10 +103,23 @@ impl Filesystem for FerriteFuse {
         reply.entry(&ATTR_TTL, &attr, 0);
     }
 
-    fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
         let name = tri!(reply, name_str(name));
         let dir = tri!(reply, self.dir_object(parent));
-        tri!(reply, self.ns.mkdir(dir, name, mode & !umask).map_err(|e| e.errno()));
+        tri!(
+            reply,
+            self.ns
+                .mkdir(dir, name, mode & !umask)
+                .map_err(|e| e.errno())
+        );
         let e = tri!(reply, self.own(dir, name, req).map_err(|e| e.errno()));
         self.reply_new_entry(dir, name, &e, reply);
     }
@@ -108,16 +138,37 @@ impl Filesystem for FerriteFuse {
         reply.ok();
     }
 
-    fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+    fn symlink(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
         use std::os::unix::ffi::OsStrExt;
         let name = tri!(reply, name_str(link_name));
         let dir = tri!(reply, self.dir_object(parent));
-        tri!(reply, self.ns.symlink(dir, name, target.as_os_str().as_bytes()).map_err(|e| e.errno()));
+        tri!(
+            reply,
+            self.ns
+                .symlink(dir, name, target.as_os_str().as_bytes())
+                .map_err(|e| e.errno())
+        );
         let e = tri!(reply, self.own(dir, name, req).map_err(|e| e.errno()));
         self.reply_new_entry(dir, name, &e, reply);
     }
 
-    fn rename(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
+    fn rename(
+        &mut self,
+        _req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
         let name = tri!(reply, name_str(name));
         let newname = tri!(reply, name_str(newname));
         let src = tri!(reply, self.dir_object(parent));
@@ -129,7 +180,12 @@ impl Filesystem for FerriteFuse {
             return reply.error(libc::EEXIST);
         }
         let e = tri!(reply, self.ns.lookup(src, name).map_err(|e| e.errno()));
-        tri!(reply, self.ns.rename(src, name, dst, newname).map_err(|e| e.errno()));
+        tri!(
+            reply,
+            self.ns
+                .rename(src, name, dst, newname)
+                .map_err(|e| e.errno())
+        );
         self.inodes.moved(e.object, dst, newname);
         reply.ok();
     }
@@ -142,40 +198,103 @@ impl Filesystem for FerriteFuse {
         reply.opened(id, 0);
     }
 
-    fn create(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _flags: i32, reply: ReplyCreate) {
+    fn create(
+        &mut self,
+        req: &Request<'_>,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
         let name = tri!(reply, name_str(name));
         let (_, id, attr) = tri!(reply, self.make_file(req, parent, name, mode & !umask));
         reply.created(&ATTR_TTL, &attr, 0, id, 0);
     }
 
-    fn read(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
+    fn read(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        _flags: i32,
+        _lock: Option<u64>,
+        reply: ReplyData,
+    ) {
         let Some((_, h)) = self.files.get(&fh) else {
             return reply.error(libc::EBADF);
         };
         let mut buf = vec![0u8; size as usize];
-        let n = tri!(reply, self.ns.read(h, offset.max(0) as u64, &mut buf).map_err(|e| e.errno()));
+        let n = tri!(
+            reply,
+            self.ns
+                .read(h, offset.max(0) as u64, &mut buf)
+                .map_err(|e| e.errno())
+        );
         reply.data(&buf[..n]);
     }
 
-    fn write(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, offset: i64, data: &[u8], _wflags: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        data: &[u8],
+        _wflags: u32,
+        _flags: i32,
+        _lock: Option<u64>,
+        reply: ReplyWrite,
+    ) {
         let Some((_, h)) = self.files.get(&fh) else {
             return reply.error(libc::EBADF);
         };
-        tri!(reply, self.ns.write(h, offset.max(0) as u64, data).map_err(|e| e.errno()));
+        tri!(
+            reply,
+            self.ns
+                .write(h, offset.max(0) as u64, data)
+                .map_err(|e| e.errno())
+        );
         reply.written(data.len() as u32);
     }
 
-    fn flush(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
+    fn flush(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _lock_owner: u64,
+        reply: ReplyEmpty,
+    ) {
         tri!(reply, self.publish(fh));
         reply.ok();
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         tri!(reply, self.publish(fh));
         reply.ok();
     }
 
-    fn release(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
+    fn release(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        _lock: Option<u64>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
         let result = self.publish(fh);
         self.files.remove(&fh);
         tri!(reply, result);
@@ -202,7 +321,14 @@ impl Filesystem for FerriteFuse {
         reply.opened(id, 0);
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectory,
+    ) {
         let Some(listing) = self.dirs.get(&fh) else {
             return reply.error(libc::EBADF);
         };
@@ -216,7 +342,14 @@ impl Filesystem for FerriteFuse {
         reply.ok();
     }
 
-    fn releasedir(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, reply: ReplyEmpty) {
+    fn releasedir(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        fh: u64,
+        _flags: i32,
+        reply: ReplyEmpty,
+    ) {
         self.dirs.remove(&fh);
         reply.ok();
     }
@@ -225,6 +358,15 @@ impl Filesystem for FerriteFuse {
         // The engine does not report free space per namespace yet; report a
         // large, constant capacity so tools that check free space proceed.
         let blocks = 1u64 << 32;
-        reply.statfs(blocks, blocks, blocks, 1 << 32, 1 << 32, BLOCK_BYTES, 255, BLOCK_BYTES);
+        reply.statfs(
+            blocks,
+            blocks,
+            blocks,
+            1 << 32,
+            1 << 32,
+            BLOCK_BYTES,
+            255,
+            BLOCK_BYTES,
+        );
     }
 }
