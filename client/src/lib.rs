@@ -1,12 +1,12 @@
 //! Ferrite client library.
+pub mod bdevperf;
+pub mod bench_kv;
 pub mod bench_xstream;
-pub mod io500;
 pub mod client;
+#[cfg(feature = "embedded")]
+pub mod embedded;
 pub mod fabric;
 pub mod fs;
 pub mod fuse;
-#[cfg(feature = "embedded")]
-pub mod embedded;
-pub mod bench_kv;
+pub mod io500;
 pub mod jobs;
-pub mod bdevperf;
