@@ -158,7 +158,10 @@ impl OneSidedReader {
         counters: &Counters,
     ) -> Result<Lookup> {
         let hash = key.hash();
-        let target = target_of(key.dkey_hash(), self.targets.len() as u32) as usize;
+        let target = match self.targets.len() {
+            1 => 0,
+            n => target_of(key.dkey_hash(), n as u32) as usize,
+        };
         let regions = &self.targets[target];
         let main_index = hash.bucket_index(regions.buckets.param);
         let fingerprint = hash.fingerprint();

@@ -86,7 +86,8 @@ impl ShmMapping {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ,
-                libc::MAP_SHARED,
+                // Populate the page tables now: a GET must not take page faults.
+                libc::MAP_SHARED | libc::MAP_POPULATE,
                 fd,
                 0,
             )
