@@ -260,8 +260,11 @@ impl EngineConfig {
         match self.xstreams {
             None => Ok(allowed),
             Some(0) => Err(ServerError::Config("xstreams must be at least 1".into())),
-            // More xstreams than cores: wrap around (several per core).
-            Some(n) => Ok((0..n).map(|i| allowed[i % allowed.len()]).collect()),
+            Some(n) if n > allowed.len() => Err(ServerError::Config(format!(
+                "xstreams {n}: only {} cores are allowed ({allowed:?}); one xstream per core",
+                allowed.len()
+            ))),
+            Some(n) => Ok(allowed[..n].to_vec()),
         }
     }
 
@@ -352,5 +355,9 @@ mod tests {
         assert!(none.validate().is_err());
         let provider = EngineConfig::from_toml_str("[fabric]\nproviders = [\"ib\"]").unwrap();
         assert!(provider.validate().is_err());
+        let many = EngineConfig::from_toml_str("xstreams = 100000").unwrap();
+        assert!(many.resolve_cores().is_err(), "more xstreams than cores");
+        let zero = EngineConfig::from_toml_str("xstreams = 0").unwrap();
+        assert!(zero.resolve_cores().is_err());
     }
 }
