@@ -39,6 +39,13 @@ pub struct Args {
     /// Namespace container for `--backend ferrite`.
     #[arg(long, default_value_t = DEFAULT_CONTAINER)]
     pub container: u64,
+    /// Size of each target's bdev file of the embedded engine (no `--engine`). The run's data
+    /// must fit: the ior files plus metadata, spread over the targets.
+    #[arg(long, default_value = "8GiB", value_parser = parse_bytes)]
+    pub embedded_bdev_size: u64,
+    /// Execution streams (targets) of the embedded engine. Default: one per allowed core.
+    #[arg(long)]
+    pub embedded_xstreams: Option<usize>,
     /// Client tasks (threads) per phase. Default: the number of CPUs.
     #[arg(long)]
     pub tasks: Option<usize>,
@@ -92,25 +99,39 @@ fn config_from(args: &Args) -> Config {
     config
 }
 
-/// The engine at `url`, or an embedded one; with a description for the report.
-fn connect(url: Option<&str>) -> anyhow::Result<(Client, String)> {
-    match url {
+/// The engine at `--engine`, or an embedded one; with a description for the report.
+fn connect(args: &Args) -> anyhow::Result<(Client, String)> {
+    match args.engine.as_deref() {
         Some(url) => {
             let client = Client::connect(url).with_context(|| format!("connect to {url}"))?;
             Ok((client, format!("ferrite:{url}")))
         }
-        None => embedded(),
+        None => embedded(args),
     }
 }
 
+/// An engine in this process on a temp directory: uring bdev files and the shm fabric, as
+/// in production, sized for the run.
 #[cfg(feature = "embedded")]
-fn embedded() -> anyhow::Result<(Client, String)> {
-    let client = ferrite_client::embedded::connect().context("start an embedded engine")?;
-    Ok((client, "ferrite:embedded".to_string()))
+fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
+    let options = ferrite_client::client::ClientOptions::default();
+    let size = args.embedded_bdev_size;
+    let xstreams = args.embedded_xstreams;
+    let client = ferrite_client::embedded::connect_with(options, |config| {
+        config.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={size}");
+        config.xstreams = xstreams;
+    })
+    .context("start an embedded engine")?;
+    let targets = client.targets().len();
+    let gib = size as f64 / (1u64 << 30) as f64;
+    Ok((
+        client,
+        format!("ferrite:embedded ({targets} targets, {gib:.1} GiB bdev each)"),
+    ))
 }
 
 #[cfg(not(feature = "embedded"))]
-fn embedded() -> anyhow::Result<(Client, String)> {
+fn embedded(_: &Args) -> anyhow::Result<(Client, String)> {
     bail!("no --engine given and this ferrite is built without the embedded engine")
 }
 
@@ -135,7 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             run_io500(&backend, &config)?
         }
         BackendKind::Ferrite => {
-            let (client, description) = connect(args.engine.as_deref())?;
+            let (client, description) = connect(&args)?;
             let namespace = Namespace::new(Arc::new(client), args.container);
             let backend = FerriteBackend::new(namespace, description);
             run_io500(&backend, &config)?
@@ -232,6 +253,10 @@ mod tests {
             "5",
             "--mdtest-hard-max-files",
             "8",
+            "--embedded-bdev-size",
+            "256MiB",
+            "--embedded-xstreams",
+            "2",
         ]);
         assert_eq!(args.backend, BackendKind::Ferrite);
         run(args).unwrap();
