@@ -7,7 +7,7 @@
 //! | spec | module | what |
 //! |---|---|---|
 //! | `malloc:1G` | [`malloc`] | RAM, for tests and emulation |
-//! | `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1&buf=64K]` | [`uring`] | file or block device through io_uring, O_DIRECT, one ring per channel |
+//! | `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1&buf=64K&park_us=50]` | [`uring`] | file or block device through io_uring, O_DIRECT, one ring per channel |
 //! | `pmem:/path[?size=1G&populate=1]` | [`pmem`] | memory-mapped file: MAP_SYNC + cache-line flushes on DAX, msync elsewhere; zero-copy [`pmem::PmemBdev::slice`] |
 //! | `spdk:<bdev>?config=<json>` | `spdk` (feature `spdk`) | SPDK bdev through FFI, untested (see `SPDK.md`) |
 //!

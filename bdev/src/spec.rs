@@ -114,7 +114,7 @@ fn open_uring(spec: &str, parsed: &BdevSpec) -> Result<BdevRef> {
     let o = Options {
         spec,
         parsed,
-        known: &["size", "direct", "sqpoll", "qd", "fixed", "buf"],
+        known: &["size", "direct", "sqpoll", "qd", "fixed", "buf", "park_us"],
     };
     o.check_known()?;
     let d = UringOptions::default();
@@ -128,6 +128,9 @@ fn open_uring(spec: &str, parsed: &BdevSpec) -> Result<BdevRef> {
         queue_depth: qd,
         fixed: o.flag("fixed", d.fixed)?,
         buf_size: o.size("buf")?.map_or(d.buf_size, |b| b as usize),
+        park: o
+            .size("park_us")?
+            .map_or(d.park, std::time::Duration::from_micros),
     };
     Ok(Arc::new(UringBdev::open(
         spec,

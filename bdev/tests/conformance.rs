@@ -232,7 +232,7 @@ fn uring_direct() {
 
 #[test]
 fn uring_buffered_sqpoll_no_fixed() {
-    suite(|d| uring(d, "&direct=0&sqpoll=1&fixed=0&qd=16"));
+    suite(|d| uring(d, "&direct=0&sqpoll=1&fixed=0&qd=16&park_us=0"));
 }
 
 #[test]

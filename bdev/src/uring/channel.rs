@@ -98,7 +98,7 @@ impl UringChannel {
         }
         Ok(Self {
             name,
-            state: RefCell::new(RingState::new(ring, queue_depth)),
+            state: RefCell::new(RingState::new(ring, queue_depth, opts.park)),
             raw_fd,
             fixed_file,
             fixed_bufs,
@@ -310,6 +310,22 @@ impl UringOp<'_> {
         Poll::Pending
     }
 
+    fn complete(
+        &mut self,
+        state: &mut RingState,
+        op: Op,
+        offset: u64,
+        slot: u32,
+    ) -> Poll<Result<Payload>> {
+        match state.take_result(slot) {
+            Some((result, payload)) => {
+                self.stage = Stage::Done;
+                Poll::Ready(self.finish(op, offset, result, payload))
+            }
+            None => Poll::Pending,
+        }
+    }
+
     fn finish(&self, op: Op, offset: u64, result: i32, payload: Payload) -> Result<Payload> {
         if result < 0 {
             let e = std::io::Error::from_raw_os_error(-result);
@@ -351,17 +367,16 @@ impl Future for UringOp<'_> {
             state.broken = Some(e.to_string());
             return Poll::Ready(Err(channel.io_error(op, offset, e)));
         }
-        state.reap();
-        match state.take_result(slot) {
-            Some((result, payload)) => {
-                this.stage = Stage::Done;
-                Poll::Ready(this.finish(op, offset, result, payload))
-            }
-            None => {
-                state.park(slot, cx.waker());
-                Poll::Pending
-            }
+        let reaped = state.reap();
+        if state.result_ready(slot) {
+            return this.complete(&mut state, op, offset, slot);
         }
+        state.maybe_wait(slot, reaped);
+        if state.result_ready(slot) {
+            return this.complete(&mut state, op, offset, slot);
+        }
+        state.park(slot, cx.waker());
+        Poll::Pending
     }
 }
 

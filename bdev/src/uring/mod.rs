@@ -8,7 +8,7 @@
 //! plain buffers and descriptors. With `sqpoll=1` a kernel thread polls the
 //! submission queue.
 //!
-//! Spec: `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1]`.
+//! Spec: `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1&buf=64K&park_us=50]`.
 //! `size=` creates the file or extends it; `direct=0` goes through the page
 //! cache (needed on tmpfs, which refuses O_DIRECT).
 //!
@@ -63,6 +63,9 @@ pub struct UringOptions {
     pub fixed: bool,
     /// Bytes per pool buffer; larger `alloc`s come from the heap.
     pub buf_size: usize,
+    /// Longest wait in the kernel for a completion once polling found
+    /// nothing for a while (see `ring.rs`); zero: poll only.
+    pub park: std::time::Duration,
 }
 
 impl Default for UringOptions {
@@ -74,6 +77,7 @@ impl Default for UringOptions {
             queue_depth: 128,
             fixed: true,
             buf_size: 64 << 10,
+            park: std::time::Duration::from_micros(50),
         }
     }
 }
