@@ -1,5 +1,6 @@
 //! Ferrite client library.
 pub mod bdevperf;
+pub mod bench_jobs;
 pub mod bench_kv;
 pub mod bench_xstream;
 pub mod client;

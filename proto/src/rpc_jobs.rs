@@ -375,6 +375,16 @@ pub enum ToEngine {
         watch: bool,
     },
     List,
+    /// Answered with [`ToPeer::Ended`] when the job ends.
+    Wait {
+        #[serde(with = "job_hex")]
+        job: u128,
+    },
+    /// Answered with [`ToPeer::Resources`] once at least `nodes` worker
+    /// nodes have offered their execution streams.
+    WaitResources {
+        nodes: u32,
+    },
     Cancel {
         #[serde(with = "job_hex")]
         job: u128,
@@ -413,6 +423,17 @@ pub enum ToPeer {
     },
     Jobs {
         jobs: Vec<JobSummary>,
+    },
+    /// Answer to [`ToEngine::Wait`].
+    Ended {
+        #[serde(with = "job_hex")]
+        job: u128,
+        state: JobPhase,
+        cause: Option<String>,
+    },
+    /// Worker nodes and their execution streams.
+    Resources {
+        nodes: Vec<(String, u32)>,
     },
     Cancelled {
         #[serde(with = "job_hex")]

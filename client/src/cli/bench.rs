@@ -42,6 +42,8 @@ pub use ferrite_client::bench_kv::BenchKvArgs;
 pub struct BenchJobsArgs {
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub options: ferrite_client::bench_jobs::BenchJobsOptions,
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -58,6 +60,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         }
         BenchCommand::Store(_) => anyhow::bail!("bench store: not built yet"),
         BenchCommand::Kv(a) => ferrite_client::bench_kv::run(a),
-        BenchCommand::Jobs(_) => anyhow::bail!("bench jobs: not built yet"),
+        BenchCommand::Jobs(a) => crate::cli::job::bench(a),
     }
 }

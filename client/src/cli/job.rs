@@ -85,7 +85,8 @@ pub fn run(c: JobCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("submit {}", file.display()))?;
             println!("{job:032x}");
             if wait {
-                let status = client.wait(job)?;
+                client.wait(job)?;
+                let status = client.status(job)?;
                 eprint!("{}", picture::render(&status));
                 if status.state != ferrite_proto::rpc_jobs::JobPhase::Done {
                     anyhow::bail!("job {job:032x} {}", status.state.as_str());
@@ -220,4 +221,71 @@ pub fn worker(a: WorkerArgs) -> anyhow::Result<()> {
     };
     run_worker(&config)?;
     Ok(())
+}
+
+/// `ferrite bench jobs`.
+pub fn bench(a: crate::cli::bench::BenchJobsArgs) -> anyhow::Result<()> {
+    use ferrite_client::bench_jobs::{emit_dag, run_against};
+    let o = a.options;
+    if let Some(path) = &o.emit_dag {
+        emit_dag(&o, path)?;
+        return Ok(());
+    }
+    let report = match &o.engine {
+        Some(url) => run_against(&o, url)?,
+        None => bench_embedded(&o)?,
+    };
+    if a.json {
+        let lines = [
+            ("jobs_tasks_per_s", "tasks/s", report.tasks_per_s),
+            ("jobs_delay_us_p99", "us", report.delay_us_p99),
+        ];
+        for (name, unit, value) in lines {
+            let line = serde_json::json!({
+                "name": name, "unit": unit, "ferrite": value,
+                "peer": null, "peer_name": "dask (hack/bench-dask)", "ratio": null,
+                "detail": &report,
+            });
+            println!("{line}");
+        }
+    } else {
+        println!(
+            "bench jobs: {} no-op tasks, {} workers x {} xstreams: {:.0} tasks/s (run {:.3} s, submit {:.3} s); \
+             ready->started delay p50 {:.0} us, p99 {:.0} us, max {:.0} us; \
+             last predecessor end->started p50 {:.0} us, p99 {:.0} us",
+            report.tasks,
+            report.workers,
+            report.xstreams,
+            report.tasks_per_s,
+            report.run_s,
+            report.submit_s,
+            report.delay_us_p50,
+            report.delay_us_p99,
+            report.delay_us_max,
+            report.delay_from_pred_end_us_p50,
+            report.delay_from_pred_end_us_p99
+        );
+    }
+    Ok(())
+}
+
+#[cfg(feature = "embedded")]
+fn bench_embedded(
+    o: &ferrite_client::bench_jobs::BenchJobsOptions,
+) -> anyhow::Result<ferrite_client::bench_jobs::BenchJobsReport> {
+    use ferrite_engine::jobs::{JobService, JobServiceConfig};
+    let dir = tempfile::tempdir()?;
+    let mut config = JobServiceConfig::new(dir.path().join("jobs"));
+    config.depth = o.depth;
+    let service = JobService::start(config)?;
+    let report = ferrite_client::bench_jobs::run_against(o, &service.addr().to_string())?;
+    service.shutdown();
+    Ok(report)
+}
+
+#[cfg(not(feature = "embedded"))]
+fn bench_embedded(
+    _o: &ferrite_client::bench_jobs::BenchJobsOptions,
+) -> anyhow::Result<ferrite_client::bench_jobs::BenchJobsReport> {
+    anyhow::bail!("built without the `embedded` feature: pass --engine")
 }

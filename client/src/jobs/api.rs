@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::path::Path;
 
 use ferrite_proto::rpc_jobs::{
-    read_frame, write_frame, JobStatus, JobSummary, SpecFormat, ToEngine, ToPeer,
+    read_frame, write_frame, JobPhase, JobStatus, JobSummary, SpecFormat, ToEngine, ToPeer,
 };
 
 use super::error::JobsError;
@@ -128,15 +128,29 @@ impl JobClient {
         }
     }
 
-    /// Waits until the job ends.
-    pub fn wait(&mut self, job: u128) -> Result<JobStatus, JobsError> {
-        self.watch(job, |_| {})
+    /// Waits until the job ends; returns its final phase and cause.
+    pub fn wait(&mut self, job: u128) -> Result<(JobPhase, Option<String>), JobsError> {
+        self.send(&ToEngine::Wait { job })?;
+        match self.recv()? {
+            ToPeer::Ended { state, cause, .. } => Ok((state, cause)),
+            other => Err(JobsError::Unexpected(format!("{other:?}"))),
+        }
     }
 
     pub fn list(&mut self) -> Result<Vec<JobSummary>, JobsError> {
         self.send(&ToEngine::List)?;
         match self.recv()? {
             ToPeer::Jobs { jobs } => Ok(jobs),
+            other => Err(JobsError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Waits until at least `nodes` worker nodes have joined; returns them
+    /// with their execution streams. The service answers when they have.
+    pub fn wait_resources(&mut self, nodes: u32) -> Result<Vec<(String, u32)>, JobsError> {
+        self.send(&ToEngine::WaitResources { nodes })?;
+        match self.recv()? {
+            ToPeer::Resources { nodes } => Ok(nodes),
             other => Err(JobsError::Unexpected(format!("{other:?}"))),
         }
     }

@@ -9,7 +9,8 @@
 //!
 //! let mut c = JobClient::connect("127.0.0.1:7341")?;
 //! let job = c.submit("name='hi'\n[[task]]\nid='a'\nsteps=[{kind='exec', cmd='true'}]\n", SpecFormat::Toml)?;
-//! let status = c.wait(job)?;
+//! c.wait(job)?;
+//! let status = c.status(job)?;
 //! println!("{}", ferrite_client::jobs::picture::render(&status));
 //! # Ok::<(), ferrite_client::jobs::error::JobsError>(())
 //! ```

@@ -124,6 +124,19 @@ fn exec(
     if let Some(d) = cwd {
         c.current_dir(d);
     }
+    // A task dies with its worker (SIGKILL included): the resource manager
+    // runs it again elsewhere, so it must not linger here.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
+    // memory of the parent; it is all the child does before exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        c.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = c.spawn()?;
     let stdin = child.stdin.take();
     let input = grant.stdin.clone();

@@ -97,6 +97,8 @@ struct Node {
 #[derive(Debug, Clone, Default)]
 struct TaskInfo {
     node: Option<NodeId>,
+    /// Node name of a task restored from the job state file.
+    restored_node: Option<String>,
     xstream: u32,
     start_ns: Option<u64>,
     end_ns: Option<u64>,
@@ -213,6 +215,7 @@ impl ResourceManager {
                 run.ready_ns[i] = row.ready_ns.unwrap_or(0);
                 run.info[i] = TaskInfo {
                     node: None,
+                    restored_node: row.node.clone(),
                     xstream: row.xstream.unwrap_or(0),
                     start_ns: row.start_ns,
                     end_ns: row.end_ns,

@@ -51,6 +51,7 @@ impl ResourceManager {
         let ok = r.error.is_none() && r.exit_code == 0;
         run.info[i] = TaskInfo {
             node: Some(node_id),
+            restored_node: None,
             xstream: r.xstream,
             start_ns: Some(r.start_ns),
             end_ns: Some(r.end_ns),
@@ -137,6 +138,7 @@ impl ResourceManager {
         node.alive = false;
         node.free.iter_mut().for_each(|f| *f = 0);
         let name = node.name.clone();
+        self.node_order.retain(|&n| n != node_id);
         let mut leases: Vec<_> = node.leases.drain().collect();
         leases.sort_unstable();
         for ((job, idx), (attempt, _)) in leases {

@@ -37,7 +37,14 @@ impl ResourceManager {
         let run = self.runs.get(&job)?;
         Some(
             (0..run.state.len() as u32)
-                .map(|i| row_of(run, i, self.node_name(run.info[i as usize].node)))
+                .map(|i| {
+                    let info = &run.info[i as usize];
+                    let name = match (&info.restored_node, info.node) {
+                        (Some(n), None) => n.as_str(),
+                        _ => self.node_name(info.node),
+                    };
+                    row_of(run, i, name)
+                })
                 .collect(),
         )
     }
@@ -84,6 +91,16 @@ impl ResourceManager {
             .collect();
         out.sort_by_key(|s| s.job);
         out
+    }
+
+    /// Alive worker nodes and their execution streams, in offer order.
+    pub fn resources(&self) -> Vec<(String, u32)> {
+        self.node_order
+            .iter()
+            .filter_map(|n| self.nodes.get(n))
+            .filter(|n| n.alive)
+            .map(|n| (n.name.clone(), n.free.len() as u32))
+            .collect()
     }
 
     /// Free grants over all alive streams (for tests and metrics).

@@ -39,6 +39,10 @@ pub(super) struct Control {
     recorder: Option<Sender<RecordCmd>>,
     recorder_thread: Option<JoinHandle<()>>,
     pub dirty: HashSet<u128>,
+    /// `WaitResources` requests not yet satisfied: (conn, nodes wanted).
+    resource_waits: Vec<(ConnId, u32)>,
+    /// `Wait` requests: (conn, job).
+    waiters: Vec<(ConnId, u128)>,
 }
 
 /// The job state file of `job` in `dir`.
@@ -62,6 +66,8 @@ impl Control {
             recorder: Some(tx),
             recorder_thread: Some(thread),
             dirty: HashSet::new(),
+            resource_waits: Vec::new(),
+            waiters: Vec::new(),
         };
         me.restore()?;
         Ok(me)
@@ -123,6 +129,9 @@ impl Control {
             }
             self.flush_actions();
             self.refresh_watchers();
+            if !self.waiters.is_empty() {
+                self.answer_waiters();
+            }
         }
         self.flush_actions();
         self.conns.clear();
@@ -141,6 +150,8 @@ impl Control {
             Input::Closed { conn } => {
                 let node = self.conns.remove(&conn).and_then(|c| c.node);
                 self.watchers.retain(|&(c, _), _| c != conn);
+                self.resource_waits.retain(|&(c, _)| c != conn);
+                self.waiters.retain(|&(c, _)| c != conn);
                 if let Some(node) = node {
                     self.node_conn.remove(&node);
                     self.rm.handle(Event::NodeLost { node }, now_ns());
@@ -177,6 +188,14 @@ impl Control {
                 self.send(conn, reply);
             }
             ToEngine::Status { job, watch } => self.status(conn, job, watch),
+            ToEngine::Wait { job } => {
+                self.waiters.push((conn, job));
+                self.answer_waiters();
+            }
+            ToEngine::WaitResources { nodes } => {
+                self.resource_waits.push((conn, nodes));
+                self.answer_resource_waits();
+            }
             ToEngine::List => {
                 let jobs = self.list();
                 self.send(conn, ToPeer::Jobs { jobs });
@@ -224,6 +243,48 @@ impl Control {
             now_ns(),
         );
         self.send(conn, ToPeer::Welcome { node: name });
+        self.answer_resource_waits();
+    }
+
+    /// Answers the `Wait` requests of jobs that ended (or are unknown).
+    pub fn answer_waiters(&mut self) {
+        let mut keep = Vec::new();
+        for (conn, job) in std::mem::take(&mut self.waiters) {
+            let ended = match self.rm.phase(job) {
+                Some((state, cause)) if state.is_final() => Some((state, cause)),
+                Some(_) => None,
+                None => match self
+                    .archived
+                    .get(&job)
+                    .map(|p| JobState::open(p).and_then(|s| s.meta()))
+                {
+                    Some(Ok(meta)) => Some((meta.state, meta.cause)),
+                    _ => {
+                        let message = JobError::NoSuchJob(job).to_string();
+                        self.send(conn, ToPeer::Error { message });
+                        continue;
+                    }
+                },
+            };
+            match ended {
+                Some((state, cause)) => self.send(conn, ToPeer::Ended { job, state, cause }),
+                None => keep.push((conn, job)),
+            }
+        }
+        self.waiters = keep;
+    }
+
+    /// Answers the `WaitResources` requests that enough nodes satisfy.
+    fn answer_resource_waits(&mut self) {
+        let nodes = self.rm.resources();
+        let have = nodes.len() as u32;
+        let (ready, waiting): (Vec<_>, Vec<_>) =
+            self.resource_waits.drain(..).partition(|&(_, n)| n <= have);
+        self.resource_waits = waiting;
+        for (conn, _) in ready {
+            let nodes = nodes.clone();
+            self.send(conn, ToPeer::Resources { nodes });
+        }
     }
 
     fn submit(&mut self, text: &str, format: SpecFormat) -> Result<u128, JobError> {

@@ -1,0 +1,134 @@
+//! Guards the job service's front door without workers: refused job files
+//! name the offending tasks, accepted jobs get a state file and wait for
+//! resources with their roots ready, cancel ends them, and a restarted
+//! service finds every job again from its files.
+
+use std::io::{BufReader, BufWriter, Write};
+use std::net::TcpStream;
+
+use ferrite_engine::jobs::state::JobState;
+use ferrite_engine::jobs::{JobService, JobServiceConfig};
+use ferrite_proto::rpc_jobs::{
+    read_frame, write_frame, JobPhase, SpecFormat, TaskPhase, ToEngine, ToPeer,
+};
+
+struct Peer {
+    input: BufReader<TcpStream>,
+    output: BufWriter<TcpStream>,
+}
+
+impl Peer {
+    fn connect(service: &JobService) -> Peer {
+        let s = TcpStream::connect(service.addr()).unwrap();
+        Peer {
+            input: BufReader::new(s.try_clone().unwrap()),
+            output: BufWriter::new(s),
+        }
+    }
+
+    fn ask(&mut self, msg: ToEngine) -> ToPeer {
+        write_frame(&mut self.output, &msg).unwrap();
+        self.output.flush().unwrap();
+        read_frame(&mut self.input).unwrap().expect("an answer")
+    }
+}
+
+fn submit(text: &str) -> ToEngine {
+    ToEngine::Submit {
+        text: text.into(),
+        format: SpecFormat::Toml,
+    }
+}
+
+#[test]
+fn refused_jobs_name_their_tasks_and_accepted_jobs_survive_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = JobServiceConfig::new(dir.path().join("jobs"));
+    let service = JobService::start(config.clone()).unwrap();
+    let mut peer = Peer::connect(&service);
+
+    let dup = "name='d'\n[[task]]\nid='same'\nsteps=[{kind='noop'}]\n[[task]]\nid='same'\nsteps=[{kind='noop'}]\n";
+    match peer.ask(submit(dup)) {
+        ToPeer::Error { message } => assert_eq!(message, "duplicate task ids: same"),
+        other => panic!("{other:?}"),
+    }
+    let cyc = "name='c'\n[[task]]\nid='p'\nafter=['q']\nsteps=[{kind='noop'}]\n[[task]]\nid='q'\nafter=['p']\nsteps=[{kind='noop'}]\n";
+    match peer.ask(submit(cyc)) {
+        ToPeer::Error { message } => assert!(
+            message.contains("p -> q -> p") || message.contains("q -> p -> q"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    let ok = "name='two'\n[[task]]\nid='root'\nsteps=[{kind='noop'}]\n[[task]]\nid='leaf'\nafter=['root']\nsteps=[{kind='noop'}]\n";
+    let ToPeer::Submitted { job: kept } = peer.ask(submit(ok)) else {
+        panic!("submit")
+    };
+    let ToPeer::Submitted { job: dropped } = peer.ask(submit(ok)) else {
+        panic!("submit")
+    };
+    assert_ne!(kept, dropped);
+    let ToPeer::Status { status } = peer.ask(ToEngine::Status {
+        job: kept,
+        watch: false,
+    }) else {
+        panic!("status")
+    };
+    assert_eq!(status.state, JobPhase::Running);
+    assert_eq!(
+        status.tasks[0].state,
+        TaskPhase::Ready,
+        "no worker yet: ready, not running"
+    );
+    assert_eq!(status.tasks[1].state, TaskPhase::Pending);
+    assert_eq!(status.edges, vec![(0, 1)]);
+    assert!(matches!(
+        peer.ask(ToEngine::Cancel { job: dropped }),
+        ToPeer::Cancelled { .. }
+    ));
+    assert!(matches!(
+        peer.ask(ToEngine::Wait { job: dropped }),
+        ToPeer::Ended {
+            state: JobPhase::Cancelled,
+            ..
+        }
+    ));
+    drop(peer);
+    service.shutdown();
+
+    let path = dir
+        .path()
+        .join("jobs")
+        .join(format!("{dropped:032x}.job.sqlite"));
+    assert_eq!(
+        JobState::open(&path).unwrap().meta().unwrap().state,
+        JobPhase::Cancelled
+    );
+
+    let service = JobService::start(config).unwrap();
+    let mut peer = Peer::connect(&service);
+    let ToPeer::Jobs { jobs } = peer.ask(ToEngine::List) else {
+        panic!("list")
+    };
+    let mut states: Vec<_> = jobs.iter().map(|j| (j.job, j.state)).collect();
+    states.sort_by_key(|s| s.0);
+    let mut want = vec![(kept, JobPhase::Running), (dropped, JobPhase::Cancelled)];
+    want.sort_by_key(|s| s.0);
+    assert_eq!(states, want);
+    let ToPeer::Status { status } = peer.ask(ToEngine::Status {
+        job: kept,
+        watch: false,
+    }) else {
+        panic!("status")
+    };
+    assert_eq!(status.tasks[0].state, TaskPhase::Ready);
+    match peer.ask(ToEngine::Status {
+        job: 12345,
+        watch: false,
+    }) {
+        ToPeer::Error { message } => assert!(message.contains("no job"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    service.shutdown();
+}
