@@ -11,3 +11,4 @@ pub mod fs;
 pub mod fuse;
 pub mod io500;
 pub mod jobs;
+pub mod bench_store;

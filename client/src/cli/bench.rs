@@ -32,11 +32,7 @@ pub struct BenchXstreamArgs {
     #[arg(long, default_value_t = 0xF3_2217E)]
     pub seed: u64,
 }
-#[derive(clap::Args, Debug)]
-pub struct BenchStoreArgs {
-    #[arg(long)]
-    pub json: bool,
-}
+pub use ferrite_client::bench_store::BenchStoreArgs;
 pub use ferrite_client::bench_kv::BenchKvArgs;
 #[derive(clap::Args, Debug)]
 pub struct BenchJobsArgs {
@@ -58,7 +54,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             };
             ferrite_client::bench_xstream::run(&options, a.json)
         }
-        BenchCommand::Store(_) => anyhow::bail!("bench store: not built yet"),
+        BenchCommand::Store(a) => ferrite_client::bench_store::run(a),
         BenchCommand::Kv(a) => ferrite_client::bench_kv::run(a),
         BenchCommand::Jobs(a) => crate::cli::job::bench(a),
     }

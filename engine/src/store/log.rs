@@ -31,6 +31,24 @@ const SPACE_WAIT_ROUNDS: u32 = 20_000;
 /// budget before writing past it anyway.
 const CLEANER_WAIT_ROUNDS: u32 = 10_000;
 
+/// Lets the other ready tasks of the queue run once.
+struct YieldNow(bool);
+
+impl std::future::Future for YieldNow {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
 /// A record appended and not yet published.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pending {
@@ -73,7 +91,12 @@ pub(crate) struct AppendSpec<'a> {
 
 impl Store {
     pub(crate) fn ring_ptr(&self, addr: u64) -> *mut u8 {
-        let off = (addr % self.geo.ring_bytes) as usize;
+        let ring = self.geo.ring_bytes;
+        let off = if ring.is_power_of_two() {
+            (addr & (ring - 1)) as usize
+        } else {
+            (addr % ring) as usize
+        };
         // SAFETY: off < ring_bytes ≤ ring region length.
         unsafe { self.ring.as_ptr().add(off) }
     }
@@ -291,6 +314,10 @@ impl Store {
                 continue;
             }
             self.committing.set(true);
+            // Let the other ready tasks of this xstream append first, so
+            // that they share this commit even on devices that complete
+            // at once (malloc, pmem).
+            YieldNow(false).await;
             let r = self.commit_once().await;
             self.committing.set(false);
             for w in self.waiters.borrow_mut().drain(..) {

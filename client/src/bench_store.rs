@@ -1,0 +1,360 @@
+//! `ferrite bench store`: the record store in-process, no network.
+//!
+//! For each device (`malloc`, `pmem`, `uring`) and value size (64 B, 4 KiB,
+//! 1 MiB by default) on one xstream: durable updates/s with `--concurrency`
+//! tasks updating at once (group commit), fetches/s of resident records from
+//! one task, p50/p99 latency of both, and DRAM metadata bytes per key (bucket
+//! region and key directory). Then, per device, 4 KiB overwrites with the
+//! cleaner idle and with the cleaner busy, to compare foreground latency.
+//!
+//! With `--json` each figure is one line
+//! `{"name","unit","ferrite","peer","peer_name","ratio"}` (peer fields null;
+//! `hack/bench-rocksdb` fills them with RocksDB's figures).
+
+use std::path::PathBuf;
+
+/// Arguments of `ferrite bench store`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchStoreArgs {
+    #[arg(long)]
+    pub json: bool,
+    /// Devices to run on: malloc, pmem, uring.
+    #[arg(long, value_delimiter = ',', default_value = "malloc,pmem,uring")]
+    pub bdevs: Vec<String>,
+    /// Value sizes in bytes.
+    #[arg(long, value_delimiter = ',', default_value = "64,4096,1048576")]
+    pub sizes: Vec<usize>,
+    /// Update tasks in flight on the xstream.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Keys per case: at most this many ...
+    #[arg(long, default_value_t = 100_000)]
+    pub max_keys: usize,
+    /// ... and at most this many MiB of values.
+    #[arg(long, default_value_t = 256)]
+    pub data_mib: usize,
+    /// Directory for the pmem and uring files (default: a new temp dir).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Skip the cleaner idle-vs-busy case.
+    #[arg(long)]
+    pub no_cleaner: bool,
+}
+
+/// One figure of the run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Figure {
+    pub name: String,
+    pub unit: &'static str,
+    pub ferrite: f64,
+}
+
+/// Runs the benchmark and prints its figures.
+pub fn run(args: BenchStoreArgs) -> anyhow::Result<()> {
+    #[cfg(feature = "embedded")]
+    {
+        let figures = imp::run_all(&args)?;
+        for f in &figures {
+            if args.json {
+                let line = serde_json::json!({
+                    "name": f.name, "unit": f.unit, "ferrite": f.ferrite,
+                    "peer": null, "peer_name": null, "ratio": null,
+                });
+                println!("{line}");
+            } else {
+                println!("{:<44} {:>16.1} {}", f.name, f.ferrite, f.unit);
+            }
+        }
+        Ok(())
+    }
+    #[cfg(not(feature = "embedded"))]
+    {
+        let _ = args;
+        anyhow::bail!(
+            "bench store needs the engine: build ferrite-client with the `embedded` feature"
+        )
+    }
+}
+
+#[cfg(feature = "embedded")]
+mod imp {
+    use super::{BenchStoreArgs, Figure};
+    use anyhow::Context;
+    use ferrite_engine::store::{Store, StoreConfig};
+    use ferrite_proto::key::RecordKey;
+    use hdrhistogram::Histogram;
+    use std::cell::RefCell;
+    use std::path::Path;
+    use std::rc::Rc;
+    use std::time::Instant;
+
+    /// Fetches timed one by one: every this many-th (clock reads cost as
+    /// much as a resident fetch).
+    const FETCH_SAMPLE_EVERY: u64 = 16;
+
+    fn histogram() -> Histogram<u64> {
+        Histogram::new_with_bounds(1, 600_000_000_000, 3)
+            .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+    }
+
+    fn device_spec(kind: &str, dir: &Path, tag: &str, bytes: u64) -> anyhow::Result<String> {
+        let file = dir.join(format!("bench-store-{tag}.img"));
+        let _ = std::fs::remove_file(&file);
+        Ok(match kind {
+            "malloc" => format!("malloc:{bytes}"),
+            "pmem" => format!("pmem:{}?size={bytes}", file.display()),
+            "uring" => format!("uring:{}?size={bytes}&direct=1", file.display()),
+            other => anyhow::bail!("unknown device kind {other:?} (malloc, pmem, uring)"),
+        })
+    }
+
+    fn key_bytes(i: usize) -> [u8; 8] {
+        (i as u64).to_le_bytes()
+    }
+
+    fn key(d: &[u8; 8]) -> RecordKey<'_> {
+        RecordKey::new(1, 7, d, b"v")
+    }
+
+    pub fn run_all(args: &BenchStoreArgs) -> anyhow::Result<Vec<Figure>> {
+        let tmp;
+        let dir = match &args.dir {
+            Some(d) => d.clone(),
+            None => {
+                tmp = tempfile::tempdir().context("creating a temp dir for device files")?;
+                tmp.path().to_path_buf()
+            }
+        };
+        let mut figures = Vec::new();
+        for kind in &args.bdevs {
+            for &size in &args.sizes {
+                figures.extend(case(args, kind, size, &dir)?);
+            }
+            if !args.no_cleaner {
+                figures.extend(cleaner_case(args, kind, &dir)?);
+            }
+        }
+        Ok(figures)
+    }
+
+    type Job<T> = Box<dyn std::future::Future<Output = anyhow::Result<T>>>;
+
+    /// Runs the future `make` builds on a new xstream pinned to core 0.
+    fn on_xstream<T: Send + 'static>(
+        make: impl FnOnce() -> Job<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
+            .spin_before_park(std::time::Duration::from_millis(1))
+            .spawn(move || async move { Box::into_pin(make()).await })
+            .map_err(|e| anyhow::anyhow!("starting the xstream: {e}"))?
+            .join()
+            .map_err(|e| anyhow::anyhow!("xstream: {e}"))?
+    }
+
+    fn config(keys: usize, ring_bytes: u64) -> StoreConfig {
+        let buckets = (keys / 2).next_power_of_two().max(1024) as u64;
+        StoreConfig {
+            bucket_count: buckets,
+            overflow_buckets: (buckets / 2) as u32,
+            ring_bytes,
+            ..StoreConfig::default()
+        }
+    }
+
+    /// Updates every key once with `concurrency` tasks; returns (elapsed s,
+    /// latency histogram in ns).
+    async fn update_all(
+        s: &Rc<Store>,
+        keys: usize,
+        size: usize,
+        concurrency: usize,
+        round: u8,
+    ) -> anyhow::Result<(f64, Histogram<u64>)> {
+        let hist = Rc::new(RefCell::new(histogram()));
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|t| {
+                let (s, hist) = (s.clone(), hist.clone());
+                glommio::spawn_local(async move {
+                    let value = vec![round.wrapping_add(t as u8); size];
+                    for i in (t..keys).step_by(concurrency) {
+                        let k = key_bytes(i);
+                        let t0 = Instant::now();
+                        s.update(&key(&k), &value).await?;
+                        let _ = hist.borrow_mut().record(t0.elapsed().as_nanos() as u64);
+                    }
+                    anyhow::Ok(())
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await?;
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let h = hist.borrow().clone();
+        Ok((elapsed, h))
+    }
+
+    /// Fetches `ops` keys from one task; returns (elapsed s, sampled
+    /// latency histogram in ns).
+    async fn fetch_many(
+        s: &Store,
+        keys: usize,
+        size: usize,
+        ops: u64,
+    ) -> anyhow::Result<(f64, Histogram<u64>)> {
+        let mut hist = histogram();
+        let mut i = 0usize;
+        let start = Instant::now();
+        for n in 0..ops {
+            i = (i + 7919) % keys;
+            let k = key_bytes(i);
+            let timed = n % FETCH_SAMPLE_EVERY == 0;
+            let t0 = timed.then(Instant::now);
+            let got = s.fetch(&key(&k)).await?;
+            if let Some(t0) = t0 {
+                let _ = hist.record(t0.elapsed().as_nanos() as u64);
+            }
+            match got {
+                Some((_, v)) if v.len() == size => {}
+                other => anyhow::bail!("key {i}: fetched {:?} bytes", other.map(|o| o.1.len())),
+            }
+        }
+        Ok((start.elapsed().as_secs_f64(), hist))
+    }
+
+    fn case(
+        args: &BenchStoreArgs,
+        kind: &str,
+        size: usize,
+        dir: &Path,
+    ) -> anyhow::Result<Vec<Figure>> {
+        let keys = (args.data_mib << 20)
+            .div_euclid(size)
+            .clamp(1, args.max_keys);
+        let record = size + 128;
+        let ring = ((keys * record) as u64 + (8 << 20))
+            .next_power_of_two()
+            .clamp(64 << 20, 1 << 30);
+        let device_bytes = (4 * (keys * record) as u64 + 4 * ring).max(256 << 20);
+        let device_bytes = device_bytes.div_ceil(1 << 20) << 20;
+        let spec = device_spec(kind, dir, &format!("{kind}-{size}"), device_bytes)?;
+        let concurrency = args.concurrency.max(1);
+        let fetch_ops = ((4u64 << 30) / size as u64).clamp(keys as u64, 4_000_000);
+        let label = format!("{kind}.{}", size_label(size));
+        let figures = on_xstream(move || {
+            Box::new(async move {
+                let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
+                let s = Rc::new(Store::open(bdev, config(keys, ring)).await?);
+                let (secs, up) = update_all(&s, keys, size, concurrency, 1).await?;
+                let (fsecs, fh) = fetch_many(&s, keys, size, fetch_ops).await?;
+                let st = s.stats();
+                let per_key = |b: usize| b as f64 / st.keys.max(1) as f64;
+                let f = |name: &str, unit: &'static str, v: f64| Figure {
+                    name: format!("store.{name}.{label}"),
+                    unit,
+                    ferrite: v,
+                };
+                Ok(vec![
+                    f("update", "ops/s", keys as f64 / secs),
+                    f("update_p50", "us", up.value_at_quantile(0.5) as f64 / 1e3),
+                    f("update_p99", "us", up.value_at_quantile(0.99) as f64 / 1e3),
+                    f("fetch", "ops/s", fetch_ops as f64 / fsecs),
+                    f("fetch_p50", "us", fh.value_at_quantile(0.5) as f64 / 1e3),
+                    f("fetch_p99", "us", fh.value_at_quantile(0.99) as f64 / 1e3),
+                    f(
+                        "commits_per_update",
+                        "ratio",
+                        st.commits as f64 / keys as f64,
+                    ),
+                    f("bucket_bytes_per_key", "B", per_key(st.bucket_region_bytes)),
+                    f("directory_bytes_per_key", "B", per_key(st.directory_bytes)),
+                ])
+            })
+        })?;
+        Ok(figures)
+    }
+
+    fn size_label(size: usize) -> String {
+        match size {
+            s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{}MiB", s >> 20),
+            s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{}KiB", s >> 10),
+            s => format!("{s}B"),
+        }
+    }
+
+    /// 4 KiB overwrites of a 16 MiB live set on a log four times larger:
+    /// two rounds with the cleaner idle (nothing to clean yet), then six
+    /// with it running.
+    fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
+        let (keys, size) = (4096usize, 4096usize);
+        let spec = device_spec(kind, dir, &format!("{kind}-cleaner"), 96 << 20)?;
+        let concurrency = args.concurrency.max(1);
+        let label = kind.to_string();
+        on_xstream(move || {
+            Box::new(async move {
+                let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
+                let cfg = StoreConfig {
+                    ring_bytes: 16 << 20,
+                    checkpoint_bytes: 4 << 20,
+                    ..config(keys, 16 << 20)
+                };
+                let s = Rc::new(Store::open(bdev, cfg).await?);
+                let mut idle = histogram();
+                for round in 0..2 {
+                    let (_, h) = update_all(&s, keys, size, concurrency, round).await?;
+                    idle.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                }
+                let before = s.stats();
+                let cleaner = s.spawn_cleaner();
+                let mut busy = histogram();
+                let start = Instant::now();
+                for round in 2..8 {
+                    let (_, h) = update_all(&s, keys, size, concurrency, round).await?;
+                    busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                }
+                let busy_secs = start.elapsed().as_secs_f64();
+                s.stop_cleaner();
+                cleaner.await;
+                let st = s.stats();
+                anyhow::ensure!(
+                    st.cleaner_passes > before.cleaner_passes,
+                    "the cleaner never ran"
+                );
+                let f = |name: &str, unit: &'static str, v: f64| Figure {
+                    name: format!("store.cleaner.{name}.{label}.4KiB"),
+                    unit,
+                    ferrite: v,
+                };
+                let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
+                Ok(vec![
+                    f("idle_p50", "us", q(&idle, 0.5)),
+                    f("idle_p99", "us", q(&idle, 0.99)),
+                    f("busy_p50", "us", q(&busy, 0.5)),
+                    f("busy_p99", "us", q(&busy, 0.99)),
+                    f(
+                        "busy_over_idle_p99",
+                        "ratio",
+                        q(&busy, 0.99) / q(&idle, 0.99).max(1e-9),
+                    ),
+                    f("busy_update", "ops/s", (6 * keys) as f64 / busy_secs),
+                    f(
+                        "passes",
+                        "count",
+                        (st.cleaner_passes - before.cleaner_passes) as f64,
+                    ),
+                    f(
+                        "bytes_copied",
+                        "B",
+                        (st.cleaner_bytes_copied - before.cleaner_bytes_copied) as f64,
+                    ),
+                    f(
+                        "log_used_over_live",
+                        "ratio",
+                        st.log_used_bytes as f64 / st.live_bytes.max(1) as f64,
+                    ),
+                ])
+            })
+        })
+    }
+}
