@@ -104,9 +104,10 @@ fn run_writer(
     }
 }
 
-/// After a stuck batch: is the engine still answering, and which of the
-/// keys does a single fetch get stuck on?
-fn diagnose(engine: &EngineProcess, keys: &[Key]) -> String {
+/// After a stuck batch: is the engine still answering, which of the keys
+/// does a single fetch get stuck on, and does the stuck batch's reply come
+/// once other requests have run (a stalled device queue they restart)?
+fn diagnose(engine: &EngineProcess, keys: &[Key], stuck_conn: &mut RawClient) -> String {
     let mut c = match RawClient::connect_tcp(engine.tcp, None) {
         Ok(c) => c,
         Err(e) => return format!("engine refuses new connections: {e}"),
@@ -129,7 +130,14 @@ fn diagnose(engine: &EngineProcess, keys: &[Key]) -> String {
             Err(e) => return format!("stat {stat:?}; connect failed: {e}"),
         }
     }
-    format!("a new connection's Stat: {stat:?}; single fetches stuck on {stuck:?}")
+    if let Stream::Tcp(s) = &stuck_conn.stream {
+        let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    }
+    let late = match stuck_conn.recv() {
+        Ok((_, Reply::Batch(r))) => format!("came late with {} items", r.len()),
+        other => format!("still missing: {:?}", other.map(|(h, _)| h)),
+    };
+    format!("a new connection's Stat: {stat:?}; single fetches stuck on {stuck:?}; the batch reply {late}")
 }
 
 fn verify_and_settle(engine: &EngineProcess, model: &Model) -> usize {
@@ -144,7 +152,10 @@ fn verify_and_settle(engine: &EngineProcess, model: &Model) -> usize {
             .collect();
         let replies = match c.call(&Request::Batch(batch)) {
             Ok(Reply::Batch(replies)) => replies,
-            other => panic!("batch fetch: {other:?}; {}", diagnose(engine, chunk)),
+            other => panic!(
+                "batch fetch: {other:?}; {}",
+                diagnose(engine, chunk, &mut c)
+            ),
         };
         for (k, r) in chunk.iter().zip(replies) {
             let got: State = match r {
