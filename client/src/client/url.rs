@@ -29,11 +29,18 @@ impl EngineUrl {
     /// Resolves a TCP address (first result), or errors for a Unix URL.
     pub fn socket_addr(&self) -> Result<SocketAddr> {
         match self {
-            Self::Tcp { host, port } => (host.as_str(), *port)
-                .to_socket_addrs()
-                .map_err(|e| Error::connect(self, e))?
-                .next()
-                .ok_or_else(|| Error::url(&self.to_string(), "host resolves to no address")),
+            Self::Tcp { host, port } => {
+                // An IP literal (IPv6 in brackets) needs no resolver.
+                let literal = host.trim_matches(|c| c == '[' || c == ']');
+                if let Ok(ip) = literal.parse::<std::net::IpAddr>() {
+                    return Ok(SocketAddr::new(ip, *port));
+                }
+                (host.as_str(), *port)
+                    .to_socket_addrs()
+                    .map_err(|e| Error::connect(self, e))?
+                    .next()
+                    .ok_or_else(|| Error::url(&self.to_string(), "host resolves to no address"))
+            }
             Self::Unix { .. } => Err(Error::url(&self.to_string(), "not a tcp URL")),
         }
     }
