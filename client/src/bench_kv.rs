@@ -125,6 +125,11 @@ pub struct KvReport {
     pub seconds: f64,
     pub ops: u64,
     pub ops_per_sec: f64,
+    /// Operations per CPU second of the client threads (their own CPU time,
+    /// so other load on the machine does not count against them). For RPC
+    /// operations the connections' reader threads are not counted.
+    pub ops_per_client_cpu_sec: f64,
+    pub client_cpu_seconds: f64,
     pub latency_us: Latency,
     pub one_sided_hit_rate: f64,
     pub one_sided_provider: Option<&'static str>,
@@ -148,8 +153,8 @@ pub fn run(args: BenchKvArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "kv {} on {} ({} clients, pipeline {}, {} B values, {} keys): {:.0} ops/s, \
-             p50 {:.1} us, p99 {:.1} us, one-sided hit rate {:.3} ({}), errors {}",
+            "kv {} on {} ({} clients, pipeline {}, {} B values, {} keys): {:.0} ops/s \
+             ({:.0} per client CPU second), p50 {:.2} us, p99 {:.1} us, one-sided hit rate {:.3} ({}), errors {}",
             report.op,
             report.engine,
             report.clients,
@@ -157,6 +162,7 @@ pub fn run(args: BenchKvArgs) -> anyhow::Result<()> {
             report.value_size,
             report.keys,
             report.ops_per_sec,
+            report.ops_per_client_cpu_sec,
             report.latency_us.p50,
             report.latency_us.p99,
             report.one_sided_hit_rate,
@@ -256,7 +262,7 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
     let before = client.counters();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
-    let results: Vec<(Histogram<u64>, u64, u64)> = std::thread::scope(|s| {
+    let results: Vec<WorkerResult> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..args.clients.max(1))
             .map(|c| {
                 let (client, stop) = (&client, stop.clone());
@@ -270,11 +276,12 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
     let elapsed = started.elapsed().as_secs_f64();
     let counters = client.counters().since(&before);
     let mut hist = new_histogram();
-    let (mut ops, mut errors) = (0, 0);
-    for (h, o, e) in &results {
-        let _ = hist.add(h);
-        ops += o;
-        errors += e;
+    let (mut ops, mut errors, mut cpu) = (0, 0, 0.0);
+    for r in &results {
+        let _ = hist.add(&r.latency_ns);
+        ops += r.ops;
+        errors += r.errors;
+        cpu += r.cpu_seconds;
     }
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Ok(KvReport {
@@ -287,6 +294,8 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
         seconds: elapsed,
         ops,
         ops_per_sec: ops as f64 / elapsed,
+        ops_per_client_cpu_sec: if cpu > 0.0 { ops as f64 / cpu } else { 0.0 },
+        client_cpu_seconds: cpu,
         latency_us: Latency {
             p50: us(0.5),
             p99: us(0.99),
@@ -307,14 +316,72 @@ fn new_histogram() -> Histogram<u64> {
     })
 }
 
-/// One client thread: ops until `stop`; returns latencies (ns), ops, errors.
-fn worker(
+/// Buffers of one batch of one-sided GETs.
+struct Batch {
+    names: Vec<Vec<u8>>,
+    outs: Vec<Vec<u8>>,
+}
+
+/// Eight batches of `--pipeline` one-sided GETs with overlapped memory
+/// accesses; the first batch's time is recorded as each of its GETs'
+/// latency. Returns (ops, errors).
+fn get_batches(
     client: &Client,
     args: &BenchKvArgs,
-    op: Op,
-    id: u64,
-    stop: &AtomicBool,
-) -> (Histogram<u64>, u64, u64) {
+    rng: &mut KeyPicker,
+    hist: &mut Histogram<u64>,
+    batch: &mut Batch,
+) -> (u64, u64) {
+    let (mut ops, mut errors) = (0, 0);
+    for round in 0..8 {
+        for name in batch.names.iter_mut() {
+            write_key_name(name, rng.next(args.keys));
+        }
+        let keys: Vec<RecordKey<'_>> = batch
+            .names
+            .iter()
+            .map(|n| RecordKey::new(0, 0, n, b""))
+            .collect();
+        let t0 = Instant::now();
+        let results = client.get_many_into(&keys, &mut batch.outs);
+        if round == 0 {
+            let ns = t0.elapsed().as_nanos() as u64;
+            let _ = hist.record_n(ns, keys.len() as u64);
+        }
+        ops += keys.len() as u64;
+        match results {
+            Ok(rs) => {
+                for (r, out) in rs.iter().zip(&batch.outs) {
+                    if !matches!(r, Ok(Some(_))) || out.len() != args.value_size {
+                        errors += 1;
+                    }
+                }
+            }
+            Err(_) => errors += keys.len() as u64,
+        }
+    }
+    (ops, errors)
+}
+
+struct WorkerResult {
+    latency_ns: Histogram<u64>,
+    ops: u64,
+    errors: u64,
+    cpu_seconds: f64,
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_seconds() -> f64 {
+    // SAFETY: clock_gettime writes the zeroed timespec we own.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: valid clock id and out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// One client thread: ops until `stop`.
+fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBool) -> WorkerResult {
+    let cpu_start = thread_cpu_seconds();
     let mut rng = KeyPicker(0x5eed_u64.wrapping_mul(id + 1));
     let mut hist = new_histogram();
     let (mut ops, mut errors) = (0u64, 0u64);
@@ -323,12 +390,22 @@ fn worker(
     let mut name = Vec::with_capacity(32);
     let depth = args.pipeline.max(1);
     let one_sided_shm = client.one_sided_provider() == Some("shm");
+    let mut batch = Batch {
+        names: vec![Vec::with_capacity(16); depth],
+        outs: vec![Vec::with_capacity(args.value_size + 256); depth],
+    };
     while !stop.load(Ordering::Relaxed) {
         let is_get = match op {
             Op::Get => true,
             Op::Put => false,
             Op::Mix => rng.next(10) != 0,
         };
+        if is_get && one_sided_shm && depth > 1 {
+            let (g, e) = get_batches(client, args, &mut rng, &mut hist, &mut batch);
+            ops += g;
+            errors += e;
+            continue;
+        }
         if is_get && (one_sided_shm || depth == 1) {
             // Latency of every 8th GET: timing each would cost as much as
             // a one-sided GET itself.
@@ -371,7 +448,12 @@ fn worker(
             }
         }
     }
-    (hist, ops, errors)
+    WorkerResult {
+        latency_ns: hist,
+        ops,
+        errors,
+        cpu_seconds: thread_cpu_seconds() - cpu_start,
+    }
 }
 
 #[cfg(test)]

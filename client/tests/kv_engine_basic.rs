@@ -61,6 +61,18 @@ fn exercise(client: &Client, tag: &str) {
             .unwrap(),
         Some(vec![7u8; 10])
     );
+    // many GETs at once (one-sided with prefetch, or RPC)
+    let names: Vec<Vec<u8>> = (0..50).map(|i| format!("b{tag}{i}").into_bytes()).collect();
+    let keys: Vec<_> = names
+        .iter()
+        .map(|n| ferrite_proto::key::RecordKey::new(4, 4, n, b""))
+        .collect();
+    let mut outs = vec![Vec::new(); keys.len()];
+    let got = client.get_many_into(&keys, &mut outs).unwrap();
+    for (i, (r, out)) in got.iter().zip(&outs).enumerate() {
+        assert!(matches!(r, Ok(Some(_))), "{r:?}");
+        assert_eq!(out, &vec![i as u8; 10]);
+    }
     // async, pipelined
     let futs: Vec<_> = (0..64)
         .map(|i| {

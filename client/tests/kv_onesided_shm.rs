@@ -252,6 +252,19 @@ fn reads_values_chains_collisions_and_absence() {
         assert_eq!(v, format!("value {i}").as_bytes());
     }
     assert_eq!(get(&reader, &counters, b"missing").0, Lookup::Absent);
+    let names: Vec<Vec<u8>> = (0..20u32).map(|i| format!("k{i}").into_bytes()).collect();
+    let mut keys: Vec<RecordKey<'_>> = names.iter().map(|n| key(n)).collect();
+    keys.push(key(b"missing"));
+    let mut outs = vec![Vec::new(); keys.len()];
+    let many = reader.get_many_into(&keys, &mut outs, &counters).unwrap();
+    for i in 0..20 {
+        assert_eq!(many[i], Lookup::Found { version: 1 });
+        assert_eq!(outs[i], format!("value {i}").as_bytes());
+    }
+    assert_eq!(many[20], Lookup::Absent);
+    assert!(reader
+        .get_many_into(&keys, &mut outs[..3], &counters)
+        .is_err());
     store.write(
         b"k3",
         b"",
@@ -266,7 +279,7 @@ fn reads_values_chains_collisions_and_absence() {
     );
     let s = counters.snapshot();
     assert_eq!(s.fallbacks, 0);
-    assert_eq!(s.one_sided_hits, 23);
+    assert_eq!(s.one_sided_hits, 23 + 21);
 }
 
 #[test]

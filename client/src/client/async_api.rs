@@ -32,19 +32,21 @@ impl Client {
         &self,
         key: &Key,
     ) -> impl Future<Output = Result<Option<Found>>> + Send + 'static {
-        let mut value = Vec::new();
-        let early = match self.one_sided_provider() {
-            Some("shm") => Some(self.get_into(&key.as_record_key(), &mut value)),
-            _ => None,
+        enum Get {
+            Done(Result<Option<Found>>),
+            Rpc(ReplyFuture),
+        }
+        let state = if self.one_sided_provider() == Some("shm") {
+            let mut value = Vec::new();
+            let r = self.get_into(&key.as_record_key(), &mut value);
+            Get::Done(r.map(|v| v.map(|version| Found { version, value })))
+        } else {
+            Get::Rpc(self.request_async(&Request::Fetch { key: key.clone() }))
         };
-        let pending = early
-            .is_none()
-            .then(|| self.request_async(&Request::Fetch { key: key.clone() }));
         async move {
-            match (early, pending) {
-                (Some(r), _) => Ok(r?.map(|version| Found { version, value })),
-                (None, Some(f)) => reply::value("get", f.await?),
-                (None, None) => unreachable!("either early or pending is set"),
+            match state {
+                Get::Done(r) => r,
+                Get::Rpc(f) => reply::value("get", f.await?),
             }
         }
     }

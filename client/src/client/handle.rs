@@ -211,22 +211,60 @@ impl Client {
     /// allocation-free form for hot loops.
     pub fn get_into(&self, key: &RecordKey<'_>, out: &mut Vec<u8>) -> Result<Option<u64>> {
         if let Some(reader) = &self.reader {
-            // The regions stay mapped after the engine dies: refuse to serve
-            // them once the connection that brought them is gone.
-            let first = &self.conns[0];
-            if first.is_dead() {
-                return Err(Error::Disconnected {
-                    url: self.url(),
-                    op: "get",
-                    detail: first.failure().unwrap_or_default(),
-                });
-            }
+            self.check_alive("get")?;
             match reader.get_into(key, out, &self.counters)? {
                 Lookup::Found { version } => return Ok(Some(version)),
                 Lookup::Absent => return Ok(None),
                 Lookup::Fallback(_) => {}
             }
         }
+        self.fetch_into(key, out)
+    }
+
+    /// GETs of many keys at once: `outs[i]` gets the value of `keys[i]` and
+    /// the result says its version (`None` = absent). One-sided lookups
+    /// overlap their memory accesses (prefetch); fallbacks go by RPC one by
+    /// one.
+    pub fn get_many_into(
+        &self,
+        keys: &[RecordKey<'_>],
+        outs: &mut [Vec<u8>],
+    ) -> Result<Vec<Result<Option<u64>>>> {
+        let Some(reader) = &self.reader else {
+            return Ok(keys
+                .iter()
+                .zip(outs.iter_mut())
+                .map(|(k, o)| self.get_into(k, o))
+                .collect());
+        };
+        self.check_alive("get")?;
+        let lookups = reader.get_many_into(keys, outs, &self.counters)?;
+        Ok(lookups
+            .into_iter()
+            .zip(keys.iter().zip(outs.iter_mut()))
+            .map(|(l, (k, out))| match l {
+                Lookup::Found { version } => Ok(Some(version)),
+                Lookup::Absent => Ok(None),
+                Lookup::Fallback(_) => self.fetch_into(k, out),
+            })
+            .collect())
+    }
+
+    /// The shm regions stay mapped after the engine dies: refuse to serve
+    /// them once the connection that brought them is gone.
+    fn check_alive(&self, op: &'static str) -> Result<()> {
+        let first = &self.conns[0];
+        if first.is_dead() {
+            return Err(Error::Disconnected {
+                url: self.url(),
+                op,
+                detail: first.failure().unwrap_or_default(),
+            });
+        }
+        Ok(())
+    }
+
+    fn fetch_into(&self, key: &RecordKey<'_>, out: &mut Vec<u8>) -> Result<Option<u64>> {
         let owned = Key::new(key.container, key.object, key.dkey, key.akey);
         let found = reply::value("get", self.request(&Request::Fetch { key: owned })?)?;
         Ok(found.map(|f| {

@@ -35,6 +35,10 @@ pub trait Endpoint: Send + Sync {
         buf: &mut [u8],
     ) -> Result<()>;
 
+    /// Hints that `len` bytes at `offset` will be read soon (a CPU prefetch
+    /// on shm; nothing where a read is a network round trip). Never fails.
+    fn prefetch(&self, _region: &RegionDescriptor, _offset: u64, _len: usize) {}
+
     /// Provider name, for `stat` and logs.
     fn provider(&self) -> &'static str;
 }
