@@ -6,10 +6,12 @@
 #
 # Both addresses are local to the guest, so by default the kernel routes traffic between
 # them through the local table and lo; two rxe devices then fail with "Failed to modify QP
-# to RTR" because the route to the peer does not leave through the rxe netdev. Policy
-# routing fixes that: locally generated packets (iif lo) to one address use a table that
-# sends them out of the other end of the veth pair, and the local table moves behind those
-# rules. Incoming packets (iif veth*) still reach the local table and are delivered.
+# to RTR", or rdma_cm quietly connects rxe1 to itself, because the route to the peer does
+# not leave through the rxe netdev. Policy routing fixes that: packets that arrived on a
+# veth end are delivered by the local table (rules 10, 11); every other lookup for one of
+# the two addresses (sockets, rxe, and rdma_cm's route checks, which look up with no input
+# interface at all, so an "iif lo" rule would miss them) uses a table that sends it out of
+# the other end of the veth pair (rules 100, 101); the local table moves behind them.
 # accept_local/rp_filter let the receiving end accept a source address that is local too.
 #
 # Writes the settings to /run/softroce.env (sourced by init, usable by payloads). The
@@ -48,8 +50,10 @@ ip addr add "$ADDR1/32" dev veth1
 
 ip route add "$ADDR1/32" dev veth0 src "$ADDR0" table 100
 ip route add "$ADDR0/32" dev veth1 src "$ADDR1" table 101
-ip rule add pref 100 iif lo to "$ADDR1/32" lookup 100
-ip rule add pref 101 iif lo to "$ADDR0/32" lookup 101
+ip rule add pref 10 iif veth0 lookup local
+ip rule add pref 11 iif veth1 lookup local
+ip rule add pref 100 to "$ADDR1/32" lookup 100
+ip rule add pref 101 to "$ADDR0/32" lookup 101
 ip rule add pref 1000 lookup local
 ip rule del pref 0 lookup local
 

@@ -1,57 +1,62 @@
 #!/bin/sh
-# Guest payload: perftest's ib_read_lat and ib_read_bw between the two rxe devices.
-# Server on rxe1 (SOFTROCE_ADDR1), client on rxe0. Prints each tool's report, one summary
-# line per tool ("softroce-perftest: ib_read_lat ..."), and writes the figures to
+# Guest payload: perftest's ib_read_lat and ib_read_bw between the two rxe devices, and
+# ib_read_lat once more with the connection set up by rdma_cm (-R) instead of a TCP
+# exchange. Server on rxe1 (SOFTROCE_ADDR1), client on rxe0. Prints each tool's report, one
+# summary line per run ("softroce-perftest: ib_read_lat ..."), and writes the figures to
 # /run/softroce-perftest.env for later payload steps (SOFTROCE_READ_LAT_TYPICAL_US,
 # SOFTROCE_READ_LAT_AVG_US, SOFTROCE_READ_BW_AVG_MBPS). Exits non-zero if either fails
 # or gives no usable figure in 3 attempts.
 #
 # Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 300),
-# PERFTEST_TIMEOUT seconds per tool (default 120).
+# PERFTEST_CM_ITERS (default 200), PERFTEST_TIMEOUT seconds per tool (default 120).
 set -u
 # shellcheck disable=SC1091 # written by net-setup.sh at boot
 . /run/softroce.env
 
 LAT_ITERS=${PERFTEST_LAT_ITERS:-1000}
 BW_ITERS=${PERFTEST_BW_ITERS:-300}
+CM_ITERS=${PERFTEST_CM_ITERS:-200}
 TOOL_TIMEOUT=${PERFTEST_TIMEOUT:-120}
 OUT=/tmp/perftest
 mkdir -p "$OUT"
 
-# wait_listen PORT: bounded wait (10 s) until a TCP listener is on PORT.
+# wait_listen PORT: bounded wait (10 s) until a TCP or rdma_cm listener is on PORT.
 wait_listen() {
     n=0
     while [ "$n" -lt 100 ]; do
         ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
+        rdma resource show cm_id 2>/dev/null | grep LISTEN | grep -q ":$1 " && return 0
         n=$((n + 1))
         sleep 0.1
     done
     return 1
 }
 
-# run_pair TOOL PORT ARGS...: server on rxe1, client on rxe0; client report in $OUT/TOOL.
+# run_pair NAME TOOL PORT ARGS...: server on rxe1, client on rxe0; client report in
+# $OUT/NAME, server output in $OUT/NAME.server.
 run_pair() {
-    tool=$1 port=$2
-    shift 2
+    name=$1 tool=$2 port=$3
+    shift 3
     timeout "$TOOL_TIMEOUT" "$tool" -d "$SOFTROCE_DEV1" -x "$SOFTROCE_GID1" -p "$port" -F "$@" \
-        >"$OUT/$tool.server" 2>&1 &
+        >"$OUT/$name.server" 2>&1 &
     server=$!
     if ! wait_listen "$port"; then
-        echo "softroce-perftest: $tool server did not listen on port $port"
-        cat "$OUT/$tool.server"
+        echo "softroce-perftest: $name server did not listen on port $port"
         kill "$server" 2>/dev/null
+        wait "$server"
+        cat "$OUT/$name.server"
         return 1
     fi
     timeout "$TOOL_TIMEOUT" "$tool" -d "$SOFTROCE_DEV0" -x "$SOFTROCE_GID0" -p "$port" -F "$@" \
-        "$SOFTROCE_ADDR1" >"$OUT/$tool" 2>&1
+        "$SOFTROCE_ADDR1" >"$OUT/$name" 2>&1
     client_rc=$?
     wait "$server"
     server_rc=$?
-    cat "$OUT/$tool"
+    cat "$OUT/$name"
     if [ "$client_rc" -ne 0 ] || [ "$server_rc" -ne 0 ]; then
-        echo "softroce-perftest: $tool failed (client exit $client_rc, server exit $server_rc)"
-        echo "--- $tool server output:"
-        cat "$OUT/$tool.server"
+        echo "softroce-perftest: $name failed (client exit $client_rc, server exit $server_rc)"
+        echo "--- $name server output:"
+        cat "$OUT/$name.server"
         return 1
     fi
     return 0
@@ -63,21 +68,22 @@ result_row() { awk '$1 ~ /^[0-9]+$/ && NF >= 4 { print; exit }' "$1"; }
 # positive FIGURE: true when FIGURE is a number above zero (not 0.00, inf or nan).
 positive() { awk -v v="$1" 'BEGIN { exit !(v ~ /^[0-9]*[.]?[0-9]+$/ && v + 0 > 0) }'; }
 
-# measure TOOL PORT COLUMN ITERS: runs TOOL (at most 3 attempts) until it completes and
-# column COLUMN of its report row is a positive figure; the row goes to $OUT/TOOL.row.
-# perftest converts cycles to microseconds and MB/s with a TSC frequency it samples at start;
-# on a busy host that sampling can fail and the figures come out as 0.00 or inf.
+# measure NAME TOOL PORT COLUMN ARGS...: runs TOOL (at most 3 attempts) until it completes
+# and column COLUMN of its report row is a positive figure; the row goes to $OUT/NAME.row.
+# perftest converts cycles to microseconds and MB/s with a TSC frequency it samples at
+# start; on a busy host that sampling can fail and the figures come out as 0.00 or inf.
 measure() {
-    tool=$1 port=$2 column=$3 iters=$4 attempt=1
+    name=$1 tool=$2 port=$3 column=$4 attempt=1
+    shift 4
     while [ "$attempt" -le 3 ]; do
-        if run_pair "$tool" "$port" -n "$iters"; then
-            row=$(result_row "$OUT/$tool")
+        if run_pair "$name" "$tool" "$port" "$@"; then
+            row=$(result_row "$OUT/$name")
             fig=$(echo "$row" | awk -v c="$column" '{ print $c }')
             if positive "$fig"; then
-                echo "$row" >"$OUT/$tool.row"
+                echo "$row" >"$OUT/$name.row"
                 return 0
             fi
-            echo "softroce-perftest: $tool attempt $attempt reported '$fig' (TSC sampling failed?)"
+            echo "softroce-perftest: $name attempt $attempt reported '$fig' (TSC sampling failed?)"
         fi
         attempt=$((attempt + 1))
         port=$((port + 10))
@@ -86,8 +92,8 @@ measure() {
 }
 
 fail=0
-# Columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
-if measure ib_read_lat 18515 5 "$LAT_ITERS"; then
+# ib_read_lat columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
+if measure ib_read_lat ib_read_lat 18515 5 -n "$LAT_ITERS"; then
     # shellcheck disable=SC2046 # split the row into its columns
     set -- $(cat "$OUT/ib_read_lat.row")
     echo "softroce-perftest: ib_read_lat bytes=$1 iters=$2 t_min_us=$3 t_typical_us=$5 t_avg_us=$6 PASS"
@@ -97,14 +103,23 @@ else
     fail=1
 fi
 
-# Columns: bytes iterations bw_peak bw_average msg_rate
-if measure ib_read_bw 18516 4 "$BW_ITERS"; then
+# ib_read_bw columns: bytes iterations bw_peak bw_average msg_rate
+if measure ib_read_bw ib_read_bw 18516 4 -n "$BW_ITERS"; then
     # shellcheck disable=SC2046 # split the row into its columns
     set -- $(cat "$OUT/ib_read_bw.row")
     echo "softroce-perftest: ib_read_bw bytes=$1 iters=$2 bw_peak_MBps=$3 bw_avg_MBps=$4 msg_rate_Mpps=$5 PASS"
     echo "export SOFTROCE_READ_BW_AVG_MBPS=$4" >>/run/softroce-perftest.env
 else
     echo "softroce-perftest: ib_read_bw FAIL"
+    fail=1
+fi
+
+if measure ib_read_lat_cm ib_read_lat 18517 5 -R -n "$CM_ITERS"; then
+    # shellcheck disable=SC2046 # split the row into its columns
+    set -- $(cat "$OUT/ib_read_lat_cm.row")
+    echo "softroce-perftest: ib_read_lat (rdma_cm) bytes=$1 iters=$2 t_min_us=$3 t_typical_us=$5 t_avg_us=$6 PASS"
+else
+    echo "softroce-perftest: ib_read_lat (rdma_cm) FAIL"
     fail=1
 fi
 
