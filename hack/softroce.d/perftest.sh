@@ -5,7 +5,7 @@
 # summary line per run ("softroce-perftest: ib_read_lat ..."), and writes the figures to
 # /run/softroce-perftest.env for later payload steps (SOFTROCE_READ_LAT_TYPICAL_US,
 # SOFTROCE_READ_LAT_AVG_US, SOFTROCE_READ_BW_AVG_MBPS). Exits non-zero if either fails
-# or gives no usable figure in 3 attempts.
+# or gives no usable figure in 5 attempts.
 #
 # Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 300),
 # PERFTEST_CM_ITERS (default 200), PERFTEST_TIMEOUT seconds per tool (default 120).
@@ -68,14 +68,14 @@ result_row() { awk '$1 ~ /^[0-9]+$/ && NF >= 4 { print; exit }' "$1"; }
 # positive FIGURE: true when FIGURE is a number above zero (not 0.00, inf or nan).
 positive() { awk -v v="$1" 'BEGIN { exit !(v ~ /^[0-9]*[.]?[0-9]+$/ && v + 0 > 0) }'; }
 
-# measure NAME TOOL PORT COLUMN ARGS...: runs TOOL (at most 3 attempts) until it completes
+# measure NAME TOOL PORT COLUMN ARGS...: runs TOOL (at most 5 attempts) until it completes
 # and column COLUMN of its report row is a positive figure; the row goes to $OUT/NAME.row.
 # perftest converts cycles to microseconds and MB/s with a TSC frequency it samples at
 # start; on a busy host that sampling can fail and the figures come out as 0.00 or inf.
 measure() {
     name=$1 tool=$2 port=$3 column=$4 attempt=1
     shift 4
-    while [ "$attempt" -le 3 ]; do
+    while [ "$attempt" -le 5 ]; do
         if run_pair "$name" "$tool" "$port" "$@"; then
             row=$(result_row "$OUT/$name")
             fig=$(echo "$row" | awk -v c="$column" '{ print $c }')
