@@ -10,8 +10,9 @@
 //! actually written over the time actually spent, and every task ends with the same count.
 
 use std::io::{IsTerminal, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Barrier};
+use std::sync::{mpsc, Barrier, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -116,9 +117,43 @@ fn bar(fraction: f64, width: usize) -> String {
     s
 }
 
+/// Joins the tasks in order; on failure keeps the root cause (a task that stopped because
+/// another failed reports `Aborted`, which the failing task's own error replaces).
+fn join_all<T>(
+    handles: Vec<thread::ScopedJoinHandle<'_, Result<T, Io500Error>>>,
+) -> Result<Vec<T>, Io500Error> {
+    let mut results = Vec::with_capacity(handles.len());
+    let mut first_error: Option<Io500Error> = None;
+    for (task, handle) in handles.into_iter().enumerate() {
+        let error = match handle.join() {
+            Ok(Ok(value)) => {
+                results.push(value);
+                continue;
+            }
+            Ok(Err(e)) => e,
+            Err(_) => Io500Error::Thread(format!("task {task} panicked")),
+        };
+        let replace = match &first_error {
+            None => true,
+            Some(Io500Error::Aborted { .. }) => !matches!(error, Io500Error::Aborted { .. }),
+            Some(_) => false,
+        };
+        if replace {
+            first_error = Some(error);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(results),
+    }
+}
+
 /// Runs `body(task)` on `tasks` threads that start together. Returns each task's result in
 /// task order and the instant they were released. While they run, a reporter thread redraws
 /// the progress line every 200 ms if `progress` is live and stderr is a terminal.
+///
+/// The threads wait behind a gate (a write lock held while spawning) rather than a barrier,
+/// so that if one cannot be spawned the others are released, see the abort flag and end.
 pub(crate) fn run_tasks<T, F>(
     tasks: usize,
     progress: &Progress,
@@ -128,30 +163,36 @@ where
     T: Send,
     F: Fn(usize) -> Result<T, Io500Error> + Sync,
 {
-    let start_barrier = Barrier::new(tasks + 1);
+    let gate = RwLock::new(());
+    let abort = AtomicBool::new(false);
     let draw = progress.live && std::io::stderr().is_terminal();
     thread::scope(|scope| {
+        let held = gate
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut handles = Vec::with_capacity(tasks);
         for task in 0..tasks {
-            let (body, start_barrier) = (&body, &start_barrier);
-            let handle = thread::Builder::new()
+            let (body, gate, abort) = (&body, &gate, &abort);
+            let spawned = thread::Builder::new()
                 .name(format!("io500-{task}"))
                 .spawn_scoped(scope, move || {
-                    start_barrier.wait();
+                    drop(gate.read().unwrap_or_else(|poisoned| poisoned.into_inner()));
+                    if abort.load(Ordering::Relaxed) {
+                        return Err(Io500Error::Thread("a sibling task did not start".into()));
+                    }
                     body(task)
-                })
-                .map_err(|e| Io500Error::Thread(format!("spawn task {task}: {e}")));
-            match handle {
-                Ok(h) => handles.push(h),
+                });
+            match spawned {
+                Ok(handle) => handles.push(handle),
                 Err(e) => {
-                    // Tasks already spawned wait at the barrier for everyone; there is no way
-                    // to release them without running them, so this is fatal for the process.
-                    return Err(e);
+                    abort.store(true, Ordering::Relaxed);
+                    drop(held);
+                    return Err(Io500Error::Thread(format!("spawn task {task}: {e}")));
                 }
             }
         }
-        start_barrier.wait();
         let start = Instant::now();
+        drop(held);
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         if draw {
             scope.spawn(move || {
@@ -164,35 +205,9 @@ where
                 }
             });
         }
-        let mut results = Vec::with_capacity(tasks);
-        let mut first_error = None;
-        for (task, handle) in handles.into_iter().enumerate() {
-            match handle.join() {
-                Ok(Ok(value)) => results.push(value),
-                Ok(Err(e)) => {
-                    // Keep the root cause: a task that stopped because another failed
-                    // reports `Aborted`, which the failing task's own error replaces.
-                    let replace = match &first_error {
-                        None => true,
-                        Some(Io500Error::Aborted { .. }) => {
-                            !matches!(e, Io500Error::Aborted { .. })
-                        }
-                        Some(_) => false,
-                    };
-                    if replace {
-                        first_error = Some(e);
-                    }
-                }
-                Err(_) => {
-                    first_error.get_or_insert(Io500Error::Thread(format!("task {task} panicked")));
-                }
-            }
-        }
+        let results = join_all(handles);
         drop(stop_tx);
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok((results, start)),
-        }
+        results.map(|r| (r, start))
     })
 }
 
@@ -244,7 +259,12 @@ impl Stonewall {
         let mut error = None;
         // Like IOR, the clock is checked after each operation, so every task does at least one.
         while done < self.cap.max(1) {
-            if let Err(e) = op(done) {
+            // A panicking backend call becomes an error, so this task still reaches the
+            // wear-out barrier and the others are not left waiting for it.
+            let outcome = catch_unwind(AssertUnwindSafe(|| op(done))).unwrap_or_else(|_| {
+                Err(Io500Error::Thread(format!("{phase}: task {task} panicked")))
+            });
+            if let Err(e) = outcome {
                 error = Some(e);
                 self.failed.store(true, Ordering::Relaxed);
                 self.stop.store(true, Ordering::Relaxed);
@@ -348,6 +368,24 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("injected"), "{err}");
         assert!(calls.load(Ordering::Relaxed) >= 4);
+    }
+
+    #[test]
+    fn a_panicking_operation_becomes_an_error_instead_of_a_hang() {
+        let wall = Stonewall::new(Duration::from_secs(600), 50, 2);
+        let progress = quiet(Goal::Ops(1));
+        let err = run_tasks(2, &progress, |task| {
+            wall.run(
+                task,
+                |i| {
+                    assert!(!(task == 0 && i == 2), "injected panic");
+                    Ok(())
+                },
+                "t",
+            )
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("task 0 panicked"), "{err}");
     }
 
     #[test]
