@@ -146,6 +146,12 @@ fn evicted_records_are_read_from_the_device_and_survive_reopen() {
     run(move || async move {
         let s = Store::open(b2, StoreConfig::small()).await.unwrap();
         assert_eq!(s.stats().keys, 1000);
+        // The last ring's worth of replayed records is resident again.
+        let reads = s.stats().device_reads;
+        let last = 999u32.to_le_bytes();
+        let got = s.fetch(&RecordKey::new(1, 1, b"d", &last)).await.unwrap();
+        assert_eq!(got.unwrap().1, vec![7u8; 3000]);
+        assert_eq!(s.stats().device_reads, reads);
         for i in (0..1000u32).step_by(37) {
             let a = i.to_le_bytes();
             let k = RecordKey::new(1, 1, b"d", &a);

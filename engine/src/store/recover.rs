@@ -174,7 +174,8 @@ impl Store {
             log.durable = cut;
             log.tail = tail;
             log.clean_upto = tail;
-            log.ring_valid_from = cut;
+            // Replayed records at or after this address are in the ring.
+            log.ring_valid_from = start.max(cut.saturating_sub(self.geo.ring_bytes));
         }
         self.seal_cut(cut).await
     }
@@ -213,6 +214,11 @@ impl Store {
             let len = view.len();
             *max_version = (*max_version).max(view.version());
             self.apply_record(view.bytes(), at, None)?;
+            // Refill the ring as we go: the last ring's worth of replayed
+            // records stays resident (see `recover`).
+            // SAFETY: the record does not cross the ring's end and nothing
+            // else uses the ring during recovery.
+            unsafe { std::ptr::copy_nonoverlapping(view.bytes().as_ptr(), self.ring_ptr(at), len) };
             at += len as u64;
         }
         Ok(at)
