@@ -180,3 +180,31 @@ fn bad_input_is_refused_without_harm() {
         assert_eq!(s.fetch(&k).await.unwrap().unwrap().1, b"ok");
     });
 }
+
+#[test]
+fn full_index_refuses_new_keys_only() {
+    run(|| async {
+        let cfg = StoreConfig {
+            bucket_count: 4,
+            overflow_buckets: 4,
+            ..StoreConfig::small()
+        };
+        let s = Store::open(dev(), cfg).await.unwrap();
+        let mut stored = 0u32;
+        for i in 0..100u32 {
+            let a = i.to_le_bytes();
+            match s.update(&RecordKey::new(1, 1, b"d", &a), b"v").await {
+                Ok(_) => stored += 1,
+                Err(StoreError::IndexFull { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!((6..=24).contains(&stored), "stored {stored}");
+        let a = 0u32.to_le_bytes();
+        s.update(&RecordKey::new(1, 1, b"d", &a), b"again")
+            .await
+            .unwrap();
+        assert_eq!(s.stats().keys, stored as usize);
+        assert!(s.check_writable().is_ok());
+    });
+}

@@ -165,7 +165,8 @@ impl Store {
                 e.version = e.version.max(h.version);
                 let after = e.live_bytes();
                 drop(dir);
-                self.live_bytes.set(self.live_bytes.get() + after - before);
+                self.live_bytes
+                    .set((self.live_bytes.get() + after).saturating_sub(before));
                 if moves_slot {
                     self.move_slot(hash, slot, old_slot_addr)?;
                 }

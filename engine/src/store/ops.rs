@@ -66,7 +66,12 @@ impl Store {
         }
     }
 
-    fn check_index_room(&self) -> Result<()> {
+    /// Refuses a new key when the overflow pool could run out before its
+    /// slot is published (existing keys reuse their slot).
+    fn check_index_room(&self, key: &RecordKey<'_>) -> Result<()> {
+        if self.version_of(key).is_some() {
+            return Ok(());
+        }
         let free = self.table.borrow().free_overflow();
         if self.log.borrow().pending_new_keys + 1 >= free {
             return Err(StoreError::IndexFull {
@@ -83,7 +88,7 @@ impl Store {
         self.reserve_space(len, false).await?;
         if let Some(array) = array {
             self.check_kind(spec.key, array)?;
-            self.check_index_room()?;
+            self.check_index_room(spec.key)?;
         }
         let (addr, len, version) = self.append_now(&spec)?;
         self.wait_durable(addr + u64::from(len)).await?;
@@ -152,7 +157,7 @@ impl Store {
                 return Ok(Conditional::Conflict(current));
             }
             self.check_kind(key, false)?;
-            self.check_index_room()?;
+            self.check_index_room(key)?;
             let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
             let (addr, len, version) = self.append_now(&spec)?;
             self.wait_durable(addr + u64::from(len)).await?;
