@@ -109,7 +109,7 @@ where
         },
         incarnation: shared.incarnation,
         server_proof,
-        targets: shared.targets.clone(),
+        targets: shared.target_map(),
         regions,
     });
     let mut out = Vec::new();

@@ -26,7 +26,7 @@ mod route;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferrite_proto::region::RegionDescriptor;
@@ -46,6 +46,9 @@ use crate::target;
 pub(crate) struct Shared {
     pub(crate) mesh: Mesh,
     pub(crate) targets: Vec<TargetInfo>,
+    /// Per target: set once a write failed on the device (the store is
+    /// poisoned and read-only until restarted); reported in Welcomes.
+    pub(crate) read_only: Vec<AtomicBool>,
     pub(crate) shm: Option<ShmFabric>,
     pub(crate) tcp: Option<TcpFabric>,
     pub(crate) token: Option<Vec<u8>>,
@@ -58,6 +61,16 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn target_count(&self) -> u32 {
         self.targets.len() as u32
+    }
+    /// The target map with each target's current state.
+    pub(crate) fn target_map(&self) -> Vec<TargetInfo> {
+        let state = |i: usize| u8::from(self.read_only[i].load(Ordering::Relaxed));
+        (self.targets.iter().enumerate())
+            .map(|(i, t)| TargetInfo {
+                state: state(i),
+                ..*t
+            })
+            .collect()
     }
     pub(crate) fn tcp_descriptors(&self) -> Vec<RegionDescriptor> {
         self.tcp
@@ -176,6 +189,7 @@ impl Engine {
             .collect();
         let shared = Arc::new(Shared {
             mesh: set.mesh().clone(),
+            read_only: (0..set.len()).map(|_| AtomicBool::new(false)).collect(),
             targets,
             shm,
             tcp,

@@ -92,8 +92,22 @@ fn owner(shared: &Shared, req: &Request) -> usize {
     target_of(dkey_hash(container, object, dkey), shared.target_count()) as usize
 }
 
-/// Runs `req` on target `t`'s xstream.
+/// Runs `req` on target `t`'s xstream; notes a target turned read-only.
 async fn on_target(shared: &Arc<Shared>, t: usize, req: Request) -> Reply {
+    let reply = run_on_target(shared, t, req).await;
+    if let Reply::Error {
+        code: ErrorCode::ReadOnly,
+        ..
+    } = reply
+    {
+        if let Some(flag) = shared.read_only.get(t) {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    reply
+}
+
+async fn run_on_target(shared: &Arc<Shared>, t: usize, req: Request) -> Reply {
     if ferrite_xstream::current() == Some(XstreamId(t)) {
         return target::handle(req).await;
     }

@@ -67,9 +67,12 @@ impl EngineProcess {
         });
         let mut tcp = None;
         loop {
-            let line = rx
-                .recv_timeout(START_TIMEOUT)
-                .expect("engine printed `ready` in time");
+            let Ok(line) = rx.recv_timeout(START_TIMEOUT) else {
+                // Do not leave the engine running behind a failed test.
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("engine did not print `ready` within {START_TIMEOUT:?}");
+            };
             if let Some(url) = line.strip_prefix("listen tcp://") {
                 tcp = Some(url.parse().expect("tcp address"));
             }
