@@ -32,6 +32,22 @@ pub struct Stats {
     pub first_error: Option<String>,
     pub latency_ns: Histogram<u64>,
     pub elapsed: Duration,
+    /// CPU time the xstream's thread used during the run.
+    pub cpu: Duration,
+}
+
+/// CPU time used so far by the calling thread.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec; the clock always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(
+        ts.tv_sec.max(0) as u64,
+        ts.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 fn histogram() -> Histogram<u64> {
@@ -193,6 +209,7 @@ pub(super) async fn run(plan: Plan) -> Stats {
         first_error: None,
         latency_ns: histogram(),
         elapsed: Duration::ZERO,
+        cpu: Duration::ZERO,
     };
     let ch = match plan.dev.channel() {
         Ok(ch) => ch,
@@ -205,6 +222,7 @@ pub(super) async fn run(plan: Plan) -> Stats {
         }
     };
     let start = Instant::now();
+    let cpu_start = thread_cpu_time();
     let shared = Shared {
         plan: &plan,
         ch: &*ch,
@@ -216,6 +234,7 @@ pub(super) async fn run(plan: Plan) -> Stats {
     futures::future::join_all(tasks).await;
     let mut stats = shared.stats.into_inner();
     stats.elapsed = start.elapsed();
+    stats.cpu = thread_cpu_time().saturating_sub(cpu_start);
     stats
 }
 

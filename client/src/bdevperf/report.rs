@@ -16,6 +16,8 @@ pub struct StreamReport {
     pub seconds: f64,
     pub iops: f64,
     pub mib_per_s: f64,
+    /// CPU seconds the xstream threads used.
+    pub cpu_seconds: f64,
     latency_ns: Histogram<u64>,
 }
 
@@ -32,7 +34,18 @@ impl StreamReport {
             seconds,
             iops,
             mib_per_s: iops * io_size as f64 / (1024.0 * 1024.0),
+            cpu_seconds: s.cpu.as_secs_f64(),
             latency_ns: s.latency_ns,
+        }
+    }
+
+    /// Operations per second of CPU time: the rate one fully busy core
+    /// would reach, even when the cores were shared during the run.
+    pub fn iops_per_core(&self) -> f64 {
+        if self.cpu_seconds > 0.0 {
+            self.ops as f64 / self.cpu_seconds
+        } else {
+            0.0
         }
     }
 
@@ -54,6 +67,8 @@ impl StreamReport {
             "seconds": self.seconds,
             "iops": self.iops,
             "mib_per_s": self.mib_per_s,
+            "cpu_seconds": self.cpu_seconds,
+            "iops_per_core": self.iops_per_core(),
             "latency_us": {
                 "mean": self.mean_latency_us(),
                 "p50": self.latency_us(50.0),
@@ -113,6 +128,7 @@ impl PerfReport {
             seconds,
             iops,
             mib_per_s: streams.iter().map(|s| s.mib_per_s).sum(),
+            cpu_seconds: streams.iter().map(|s| s.cpu_seconds).sum(),
             latency_ns,
         };
         Self {
@@ -126,7 +142,8 @@ impl PerfReport {
         }
     }
 
-    /// One JSON object: `total.iops`, `total.mib_per_s`,
+    /// One JSON object: `total.iops`, `total.mib_per_s`, `total.cpu_seconds`,
+    /// `total.iops_per_core`,
     /// `total.latency_us.{mean,p50,p99,p99_9,max}`, `errors`, `xstreams[]`.
     pub fn to_json(&self) -> Value {
         json!({
