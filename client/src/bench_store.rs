@@ -97,8 +97,12 @@ mod imp {
             .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
     }
 
+    fn device_file(dir: &Path, tag: &str) -> std::path::PathBuf {
+        dir.join(format!("bench-store-{tag}.img"))
+    }
+
     fn device_spec(kind: &str, dir: &Path, tag: &str, bytes: u64) -> anyhow::Result<String> {
-        let file = dir.join(format!("bench-store-{tag}.img"));
+        let file = device_file(dir, tag);
         let _ = std::fs::remove_file(&file);
         Ok(match kind {
             "malloc" => format!("malloc:{bytes}"),
@@ -128,10 +132,14 @@ mod imp {
         let mut figures = Vec::new();
         for kind in &args.bdevs {
             for &size in &args.sizes {
-                figures.extend(case(args, kind, size, &dir)?);
+                let r = case(args, kind, size, &dir);
+                let _ = std::fs::remove_file(device_file(&dir, &format!("{kind}-{size}")));
+                figures.extend(r?);
             }
             if !args.no_cleaner {
-                figures.extend(cleaner_case(args, kind, &dir)?);
+                let r = cleaner_case(args, kind, &dir);
+                let _ = std::fs::remove_file(device_file(&dir, &format!("{kind}-cleaner")));
+                figures.extend(r?);
             }
         }
         Ok(figures)
@@ -170,6 +178,18 @@ mod imp {
         concurrency: usize,
         round: u8,
     ) -> anyhow::Result<(f64, Histogram<u64>)> {
+        update_keys(s, keys, size, concurrency, round, |i| i).await
+    }
+
+    /// Updates `keys` keys, the i-th being `pick(i)`.
+    async fn update_keys(
+        s: &Rc<Store>,
+        keys: usize,
+        size: usize,
+        concurrency: usize,
+        round: u8,
+        pick: fn(usize) -> usize,
+    ) -> anyhow::Result<(f64, Histogram<u64>)> {
         let hist = Rc::new(RefCell::new(histogram()));
         let start = Instant::now();
         let tasks: Vec<_> = (0..concurrency)
@@ -178,7 +198,7 @@ mod imp {
                 glommio::spawn_local(async move {
                     let value = vec![round.wrapping_add(t as u8); size];
                     for i in (t..keys).step_by(concurrency) {
-                        let k = key_bytes(i);
+                        let k = key_bytes(pick(i) % keys);
                         let t0 = Instant::now();
                         s.update(&key(&k), &value).await?;
                         let _ = hist.borrow_mut().record(t0.elapsed().as_nanos() as u64);
@@ -284,8 +304,8 @@ mod imp {
     }
 
     /// 4 KiB overwrites of a 16 MiB live set on a log four times larger:
-    /// two rounds with the cleaner idle (nothing to clean yet), then six
-    /// with it running.
+    /// two rounds over every key with the cleaner idle (nothing to clean
+    /// yet), then six skewed rounds with it running and copying cold keys.
     fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
         let (keys, size) = (4096usize, 4096usize);
         let spec = device_spec(kind, dir, &format!("{kind}-cleaner"), 96 << 20)?;
@@ -310,7 +330,17 @@ mod imp {
                 let mut busy = histogram();
                 let start = Instant::now();
                 for round in 2..8 {
-                    let (_, h) = update_all(&s, keys, size, concurrency, round).await?;
+                    // Nine updates in ten go to a tenth of the keys, so the
+                    // oldest segments keep live (cold) records to copy.
+                    let skewed = |i: usize| {
+                        let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7;
+                        if i % 10 == 0 {
+                            h
+                        } else {
+                            h % 410
+                        }
+                    };
+                    let (_, h) = update_keys(&s, keys, size, concurrency, round, skewed).await?;
                     busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 }
                 let busy_secs = start.elapsed().as_secs_f64();
