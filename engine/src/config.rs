@@ -23,6 +23,7 @@
 //! [limits]
 //! max_frame_bytes = "8M"
 //! max_inflight_per_connection = 256
+//! max_connections = 4096
 //! ```
 //!
 //! ```
@@ -97,6 +98,8 @@ pub struct CacheConfig {
 pub struct LimitsConfig {
     pub max_frame_bytes: Size,
     pub max_inflight_per_connection: usize,
+    /// Connections served at once; more are refused with an error frame.
+    pub max_connections: usize,
 }
 
 /// A byte count written as an integer or as "64K", "8M", "1G".
@@ -173,6 +176,7 @@ impl Default for LimitsConfig {
         Self {
             max_frame_bytes: Size(ferrite_proto::rpc::MAX_BODY_BYTES as u64),
             max_inflight_per_connection: 256,
+            max_connections: 4096,
         }
     }
 }
@@ -289,6 +293,9 @@ impl EngineConfig {
             return bad(format!(
                 "limits.max_frame_bytes {frame}: must be in 4K..=8M"
             ));
+        }
+        if self.limits.max_connections == 0 {
+            return bad("limits.max_connections must be positive".into());
         }
         if self.limits.max_inflight_per_connection == 0 {
             return bad("limits.max_inflight_per_connection must be positive".into());

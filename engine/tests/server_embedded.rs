@@ -8,7 +8,7 @@ mod server_support;
 
 use ferrite_engine::config::EngineConfig;
 use ferrite_engine::Engine;
-use ferrite_proto::rpc::{Reply, Request};
+use ferrite_proto::rpc::{ErrorCode, Reply, Request};
 use server_support::*;
 
 #[test]
@@ -67,6 +67,45 @@ fn embedded_engine_serves_and_recovers_after_shutdown() {
             other => panic!("key {i} after restart: {other:?}"),
         }
     }
+}
+
+#[test]
+fn connections_over_the_limit_are_refused_and_slots_come_back() {
+    let dir = temp_dir();
+    let mut config = EngineConfig::for_temp_dir(dir.path());
+    config.limits.max_connections = 2;
+    let engine = Engine::start(config).unwrap();
+    let tcp = engine.tcp_addr().unwrap();
+    let first = RawClient::connect_tcp(tcp, None).unwrap();
+    let mut second = RawClient::connect_tcp(tcp, None).unwrap();
+    let mut third = RawClient::tcp(tcp).unwrap();
+    let frames = third.drain_until_closed();
+    assert!(
+        matches!(
+            frames.last(),
+            Some(Reply::Error {
+                code: ErrorCode::NoSpace,
+                ..
+            })
+        ),
+        "{frames:?}"
+    );
+    assert!(matches!(
+        second.call(&Request::Stat).unwrap(),
+        Reply::Stat(_)
+    ));
+    // Once a client leaves, its slot is free again (the engine notices the
+    // close asynchronously: try a bounded number of times).
+    drop(first);
+    let mut admitted = false;
+    for _ in 0..200 {
+        if RawClient::connect_tcp(tcp, None).is_ok() {
+            admitted = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(admitted, "a freed slot admits a new connection");
 }
 
 #[test]

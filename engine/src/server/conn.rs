@@ -9,6 +9,7 @@
 
 use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ferrite_proto::rpc::{self, ErrorCode, FrameHeader, MessageType, Reply, Request, HEADER_BYTES};
@@ -117,6 +118,14 @@ where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let (rd, mut wr) = stream.split();
+    let _slot = match ConnectionSlot::take(&shared) {
+        Some(slot) => slot,
+        None => {
+            let message = format!("more than {} connections", shared.max_connections);
+            refuse(&mut wr, ErrorCode::NoSpace, &message).await;
+            return;
+        }
+    };
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
     let max_body = shared.max_frame_bytes;
     let handshake = {
@@ -186,6 +195,23 @@ where
     }
     drop(tx);
     writer.await;
+}
+
+/// One of the engine's `max_connections`, given back on drop.
+struct ConnectionSlot(Arc<Shared>);
+
+impl ConnectionSlot {
+    fn take(shared: &Arc<Shared>) -> Option<Self> {
+        let before = shared.connections.fetch_add(1, Ordering::SeqCst);
+        let slot = Self(shared.clone());
+        (before < shared.max_connections).then_some(slot)
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Writes replies as they come, several per write when they are ready

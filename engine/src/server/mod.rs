@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub(crate) max_frame_bytes: usize,
     pub(crate) max_inflight: usize,
     pub(crate) next_xstream: AtomicUsize,
+    pub(crate) connections: AtomicUsize,
+    pub(crate) max_connections: usize,
 }
 
 impl Shared {
@@ -198,6 +200,8 @@ impl Engine {
             max_frame_bytes: config.limits.max_frame_bytes.0 as usize,
             max_inflight: config.limits.max_inflight_per_connection,
             next_xstream: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            max_connections: config.limits.max_connections,
         });
         let mut handle = EngineHandle {
             set: Some(set),
