@@ -19,6 +19,13 @@
 //! ([`Store::spawn_cleaner`]) copies live records forward so the log stays
 //! within about twice the live data. Device layout: `engine/FORMAT.md`.
 //!
+//! DRAM per key: the bucket region (64 bytes per 3 slots; chaining reaches a
+//! load factor of about 0.66, so from about 32 bytes per key when full) and
+//! the sorted key directory (a copy of each key, its version, record pointer
+//! and extent map: `StoreStats::directory_bytes`), which serves listings,
+//! conditional updates, the cleaner and checkpoints. `ferrite bench store`
+//! prints both per key.
+//!
 //! ```
 //! use ferrite_engine::store::{Store, StoreConfig};
 //! use ferrite_proto::key::RecordKey;
