@@ -234,6 +234,12 @@ impl RingState {
         self.free.push(slot);
         if self.poller == Some(slot) {
             self.poller = None;
+        }
+        // Whoever finishes while no one polls (the poller itself, or a
+        // future woken to take over that found its own completion already
+        // reaped) hands polling to a sleeping in-flight future; otherwise
+        // those would wait until some new operation polled the ring.
+        if self.poller.is_none() {
             self.hand_over_polling();
         }
         for w in self.waiters.drain(..) {
@@ -274,6 +280,8 @@ impl RingState {
             s.waker = None;
             if self.poller == Some(slot) {
                 self.poller = None;
+            }
+            if self.poller.is_none() {
                 self.hand_over_polling();
             }
         }
