@@ -51,6 +51,12 @@ pub struct BenchJobsOptions {
     /// Use this job service instead of one started in this process.
     #[arg(long)]
     pub engine: Option<String>,
+    /// Store the task records in an engine and have workers fetch them from
+    /// it by key: an engine URL, or `embedded` for one in this process
+    /// (Unix socket, one-sided reads over shm). Default: records ride inline
+    /// in the grants.
+    #[arg(long)]
+    pub store: Option<String>,
     /// Write the DAG as JSON to this file and exit.
     #[arg(long)]
     pub emit_dag: Option<PathBuf>,
@@ -164,8 +170,16 @@ pub fn run_against(o: &BenchJobsOptions, addr: &str) -> Result<BenchJobsReport, 
     let _workers = spawn_workers(o, addr, dir.path())?;
     let mut client = JobClient::connect(addr)?;
     client.wait_resources(o.workers)?;
+    let store = match o.store.as_deref() {
+        None => None,
+        Some("embedded") => Some(embedded_store()?),
+        Some(url) => Some(crate::client::Client::connect(url)?),
+    };
     let t0 = std::time::Instant::now();
-    let job = client.submit(&text, SpecFormat::Json)?;
+    let job = match &store {
+        Some(s) => client.submit_stored(&text, SpecFormat::Json, s)?,
+        None => client.submit(&text, SpecFormat::Json)?,
+    };
     let submit_s = t0.elapsed().as_secs_f64();
     let (state, cause) = client.wait(job)?;
     if state != JobPhase::Done {
@@ -220,6 +234,18 @@ fn report(
         delay_from_pred_end_us_p50: from_end.value_at_quantile(0.5) as f64,
         delay_from_pred_end_us_p99: from_end.value_at_quantile(0.99) as f64,
     })
+}
+
+#[cfg(feature = "embedded")]
+fn embedded_store() -> Result<crate::client::Client, JobsError> {
+    Ok(crate::embedded::connect()?)
+}
+
+#[cfg(not(feature = "embedded"))]
+fn embedded_store() -> Result<crate::client::Client, JobsError> {
+    Err(JobsError::Store(
+        "built without the `embedded` feature: give an engine URL".into(),
+    ))
 }
 
 /// Writes the DAG for `hack/bench-dask`.

@@ -37,6 +37,8 @@ fn submit(text: &str) -> ToEngine {
     ToEngine::Submit {
         text: text.into(),
         format: SpecFormat::Toml,
+        job: None,
+        store: None,
     }
 }
 

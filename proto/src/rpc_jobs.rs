@@ -366,6 +366,14 @@ pub enum ToEngine {
     Submit {
         text: String,
         format: SpecFormat,
+        /// The job id the submitter chose, when it already stored the task
+        /// records under `task_key(job, task id)` in the engine at `store`.
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "opt_job_hex")]
+        job: Option<u128>,
+        /// URL of the engine holding the task records (value = JSON
+        /// [`TaskSpec`]); workers fetch them from there by key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store: Option<String>,
     },
     /// Asks for a job's state; `watch` keeps sending it as it changes until
     /// the job ends.
@@ -399,9 +407,12 @@ pub enum ToPeer {
     Welcome {
         node: String,
     },
-    /// Run these tasks.
+    /// Run these tasks. With `store`, their `record`s are empty: fetch each
+    /// from that engine under `task_key(job, id)`.
     Grant {
         tasks: Vec<TaskGrant>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store: Option<String>,
     },
     /// Stop running tasks of this job; drop their results.
     Revoke {
@@ -501,6 +512,24 @@ mod job_hex {
     }
 }
 
+/// Optional job ids as hex strings.
+mod opt_job_hex {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(job: &Option<u128>, s: S) -> Result<S::Ok, S::Error> {
+        match job {
+            Some(j) => s.serialize_str(&format!("{j:032x}")),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u128>, D::Error> {
+        let text = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
+        text.map(|t| u128::from_str_radix(&t, 16).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
 /// Bytes as a lowercase hex string in JSON.
 mod hex_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -551,6 +580,7 @@ mod tests {
                 record: vec![0, 1, 0xfe, 0xff, 0x7a],
                 stdin: b"in".to_vec(),
             }],
+            store: Some("unix:///x".into()),
         };
         let mut buf = Vec::new();
         write_frame(&mut buf, &msg).unwrap();

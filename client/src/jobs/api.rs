@@ -9,6 +9,8 @@ use ferrite_proto::rpc_jobs::{
 };
 
 use super::error::JobsError;
+use crate::client::{Client, Key, Reply, Request};
+use ferrite_proto::rpc_jobs::{JobSpec, AKEY_TASK, JOBS_CONTAINER};
 
 /// Port the job service listens on when none is given.
 pub const DEFAULT_JOBS_PORT: u16 = 7341;
@@ -85,6 +87,57 @@ impl JobClient {
         self.send(&ToEngine::Submit {
             text: text.to_string(),
             format,
+            job: None,
+            store: None,
+        })?;
+        match self.recv()? {
+            ToPeer::Submitted { job } => Ok(job),
+            other => Err(JobsError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Stores every task of the job as a record in the engine behind
+    /// `store` (key `task_key(job, task id)`, value = JSON task), then
+    /// submits the job: workers fetch the task records from that engine.
+    pub fn submit_stored(
+        &mut self,
+        text: &str,
+        format: SpecFormat,
+        store: &Client,
+    ) -> Result<u128, JobsError> {
+        let spec: JobSpec = match format {
+            SpecFormat::Json => {
+                serde_json::from_str(text).map_err(|e| JobsError::Service(e.to_string()))?
+            }
+            SpecFormat::Toml => {
+                toml::from_str(text).map_err(|e| JobsError::Service(e.to_string()))?
+            }
+        };
+        let job = loop {
+            let id: u128 = rand::random();
+            if id != 0 {
+                break id;
+            }
+        };
+        let mut puts = Vec::with_capacity(spec.tasks.len());
+        for t in &spec.tasks {
+            let value = serde_json::to_vec(t).map_err(|e| JobsError::Service(e.to_string()))?;
+            let key = Key::new(JOBS_CONTAINER, job, t.id.as_bytes(), AKEY_TASK);
+            puts.push(Request::Update { key, value });
+        }
+        for (reply, t) in store.batch(puts)?.into_iter().zip(&spec.tasks) {
+            if let Reply::Error { message, .. } = reply {
+                return Err(JobsError::Store(format!(
+                    "task record {:?}: {message}",
+                    t.id
+                )));
+            }
+        }
+        self.send(&ToEngine::Submit {
+            text: text.to_string(),
+            format,
+            job: Some(job),
+            store: Some(store.url()),
         })?;
         match self.recv()? {
             ToPeer::Submitted { job } => Ok(job),

@@ -32,6 +32,10 @@ pub enum JobsError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("engine holding the task records: {0}")]
+    Store(String),
+    #[error(transparent)]
+    Client(#[from] crate::client::Error),
     #[error("bad job id {0:?}: expected up to 32 hex digits")]
     BadJobId(String),
 }

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use crate::client::Client;
 use ferrite_proto::record::RecordView;
 use ferrite_proto::rpc_jobs::{task_key, Step, TaskGrant, TaskResult, TaskSpec};
 
@@ -15,13 +16,37 @@ pub fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// Checks the grant's record against `task_key(job, id)` and decodes the task.
-pub fn decode_task(grant: &TaskGrant) -> Result<TaskSpec, String> {
-    let view = RecordView::parse(&grant.record).map_err(|e| format!("task record: {e}"))?;
-    view.verify_for(&task_key(grant.job, grant.id.as_bytes()), grant.addr)
-        .map_err(|e| format!("task record: {e}"))?;
+/// Gets the task's record — from the engine `store` under
+/// `task_key(job, id)` (one-sided when the client can; the client checks the
+/// record against the key), else from the grant, checked here — and decodes it.
+pub fn decode_task(
+    grant: &TaskGrant,
+    store: Option<&Client>,
+    buf: &mut Vec<u8>,
+) -> Result<TaskSpec, String> {
+    let key = task_key(grant.job, grant.id.as_bytes());
+    let value: &[u8] = match store {
+        Some(client) if grant.record.is_empty() => match client.get_into(&key, buf) {
+            Ok(Some(_version)) => buf,
+            Ok(None) => {
+                return Err(format!(
+                    "task record of {:?} is not in the engine",
+                    grant.id
+                ))
+            }
+            Err(e) => return Err(format!("task record of {:?}: {e}", grant.id)),
+        },
+        _ => {
+            let view = RecordView::parse(&grant.record).map_err(|e| format!("task record: {e}"))?;
+            view.verify_for(&key, grant.addr)
+                .map_err(|e| format!("task record: {e}"))?;
+            buf.clear();
+            buf.extend_from_slice(view.value());
+            buf
+        }
+    };
     let spec: TaskSpec =
-        serde_json::from_slice(view.value()).map_err(|e| format!("task record value: {e}"))?;
+        serde_json::from_slice(value).map_err(|e| format!("task record value: {e}"))?;
     if spec.id != grant.id {
         return Err(format!(
             "task record holds task {:?}, not {:?}",

@@ -20,6 +20,7 @@ use super::api::service_addr;
 use super::error::JobsError;
 use super::run::{decode_task, is_trivial, now_ns, run_task};
 use super::task_state::{RowUpdate, TaskState};
+use crate::client::Client;
 
 /// Updates handled per batch by the recorder.
 const RECORD_BATCH: usize = 8192;
@@ -45,6 +46,9 @@ enum RecMsg {
 }
 
 type Revoked = Arc<RwLock<HashSet<u128>>>;
+
+/// A granted task and the engine holding its record, if not inline.
+type Work = (TaskGrant, Option<Arc<Client>>);
 
 /// Runs until the job service closes the connection.
 pub fn run_worker(config: &WorkerConfig) -> Result<(), JobsError> {
@@ -84,7 +88,7 @@ pub fn run_worker(config: &WorkerConfig) -> Result<(), JobsError> {
     let mut queues = Vec::new();
     let mut threads = Vec::new();
     for x in 0..xstreams {
-        let (tx, rx) = mpsc::channel::<TaskGrant>();
+        let (tx, rx) = mpsc::channel::<Work>();
         let (rec, rev) = (rec_tx.clone(), revoked.clone());
         let t = std::thread::Builder::new()
             .name(format!("worker-x{x}"))
@@ -105,10 +109,11 @@ pub fn run_worker(config: &WorkerConfig) -> Result<(), JobsError> {
 
 fn read_loop(
     input: &mut BufReader<TcpStream>,
-    queues: &[Sender<TaskGrant>],
+    queues: &[Sender<Work>],
     rec: &Sender<RecMsg>,
     revoked: &Revoked,
 ) -> Result<(), JobsError> {
+    let mut stores: HashMap<String, Arc<Client>> = HashMap::new();
     loop {
         let msg = match read_frame::<_, ToPeer>(input) {
             Ok(Some(m)) => m,
@@ -119,7 +124,11 @@ fn read_loop(
             }
         };
         match msg {
-            ToPeer::Grant { tasks } => {
+            ToPeer::Grant { tasks, store } => {
+                let client = match store {
+                    Some(url) => Some(store_client(&mut stores, &url)?),
+                    None => None,
+                };
                 for g in tasks {
                     let row = RowUpdate::Granted {
                         idx: g.idx,
@@ -130,7 +139,7 @@ fn read_loop(
                     };
                     let _ = rec.send(RecMsg::Granted(g.job, row));
                     let q = &queues[g.xstream as usize % queues.len()];
-                    if q.send(g).is_err() {
+                    if q.send((g, client.clone())).is_err() {
                         return Ok(());
                     }
                 }
@@ -148,8 +157,23 @@ fn read_loop(
     }
 }
 
-fn xstream_loop(rx: Receiver<TaskGrant>, rec: Sender<RecMsg>, revoked: Revoked) {
-    while let Ok(g) = rx.recv() {
+/// A connection to the engine holding task records, made on first use.
+fn store_client(
+    stores: &mut HashMap<String, Arc<Client>>,
+    url: &str,
+) -> Result<Arc<Client>, JobsError> {
+    if let Some(c) = stores.get(url) {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(Client::connect(url)?);
+    tracing::info!(url, provider = ?c.one_sided_provider(), "task records from engine");
+    stores.insert(url.to_string(), c.clone());
+    Ok(c)
+}
+
+fn xstream_loop(rx: Receiver<Work>, rec: Sender<RecMsg>, revoked: Revoked) {
+    let mut buf = Vec::new();
+    while let Ok((g, store)) = rx.recv() {
         if revoked.read().is_ok_and(|r| r.contains(&g.job)) {
             let row = RowUpdate::Dropped {
                 idx: g.idx,
@@ -159,7 +183,7 @@ fn xstream_loop(rx: Receiver<TaskGrant>, rec: Sender<RecMsg>, revoked: Revoked) 
             continue;
         }
         let start_ns = now_ns();
-        let result = match decode_task(&g) {
+        let result = match decode_task(&g, store.as_deref(), &mut buf) {
             Ok(spec) => {
                 if !is_trivial(&spec) {
                     let row = RowUpdate::Started {

@@ -60,6 +60,8 @@ pub enum JobError {
     Record(#[from] ferrite_proto::FormatError),
     #[error("no job {0:032x}")]
     NoSuchJob(u128),
+    #[error("job id {0:032x} is taken")]
+    JobIdTaken(u128),
 }
 
 impl JobError {

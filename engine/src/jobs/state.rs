@@ -26,6 +26,8 @@ pub struct JobMeta {
     pub submitted_ns: u64,
     pub ended_ns: Option<u64>,
     pub spec: JobSpec,
+    /// URL of the engine holding the task records, if they are stored there.
+    pub store: Option<String>,
 }
 
 /// What a finished task left: its row and outputs.
@@ -181,6 +183,7 @@ impl JobState {
             submitted_ns: num("submitted_ns")?.unwrap_or(0),
             ended_ns: num("ended_ns")?,
             spec,
+            store: self.meta_value("store")?,
         })
     }
 
@@ -211,6 +214,17 @@ impl JobState {
             set("ended_ns", &now_ns.to_string()).map_err(err)?;
         }
         tx.commit().map_err(err)
+    }
+
+    /// Records where the job's task records are stored.
+    pub fn set_store(&mut self, url: &str) -> Result<(), JobError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO job_meta(key, value) VALUES ('store', ?1)",
+                [url],
+            )
+            .map_err(self.sql_err())?;
+        Ok(())
     }
 
     /// Stores task rows (and outputs) in one transaction. A row replaces the

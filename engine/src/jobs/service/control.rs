@@ -41,6 +41,8 @@ pub(super) struct Control {
     pub dirty: HashSet<u128>,
     /// `WaitResources` requests not yet satisfied: (conn, nodes wanted).
     resource_waits: Vec<(ConnId, u32)>,
+    /// Jobs whose task records are in an engine: job -> engine URL.
+    stores: HashMap<u128, String>,
     /// `Wait` requests: (conn, job).
     waiters: Vec<(ConnId, u128)>,
 }
@@ -68,6 +70,7 @@ impl Control {
             dirty: HashSet::new(),
             resource_waits: Vec::new(),
             waiters: Vec::new(),
+            stores: HashMap::new(),
         };
         me.restore()?;
         Ok(me)
@@ -93,6 +96,9 @@ impl Control {
             if meta.state.is_final() {
                 self.archived.insert(meta.job, path);
                 continue;
+            }
+            if let Some(url) = meta.store {
+                self.stores.insert(meta.job, url);
             }
             let graph = Arc::new(JobGraph::build(meta.job, meta.spec)?);
             let mut restored = Vec::new();
@@ -178,8 +184,13 @@ impl Control {
                 }
             }
             ToEngine::StatusRows { query, job, rows } => self.rows_answered(conn, query, job, rows),
-            ToEngine::Submit { text, format } => {
-                let reply = match self.submit(&text, format) {
+            ToEngine::Submit {
+                text,
+                format,
+                job,
+                store,
+            } => {
+                let reply = match self.submit(&text, format, job, store) {
                     Ok(job) => ToPeer::Submitted { job },
                     Err(e) => ToPeer::Error {
                         message: e.to_string(),
@@ -287,17 +298,40 @@ impl Control {
         }
     }
 
-    fn submit(&mut self, text: &str, format: SpecFormat) -> Result<u128, JobError> {
+    fn job_id_free(&self, id: u128) -> bool {
+        id != 0
+            && self.rm.phase(id).is_none()
+            && !self.archived.contains_key(&id)
+            && !job_state_path(&self.state_dir, id).exists()
+    }
+
+    /// Accepts a job file; with `store`, its task records are already in
+    /// that engine under the submitter's `job` id.
+    fn submit(
+        &mut self,
+        text: &str,
+        format: SpecFormat,
+        job: Option<u128>,
+        store: Option<String>,
+    ) -> Result<u128, JobError> {
         let spec = parse_spec(text, format)?;
-        let job = loop {
-            let id: u128 = rand::random();
-            if id != 0 && self.rm.phase(id).is_none() && !self.archived.contains_key(&id) {
-                break id;
-            }
+        let job = match job {
+            Some(id) if self.job_id_free(id) => id,
+            Some(id) => return Err(JobError::JobIdTaken(id)),
+            None => loop {
+                let id: u128 = rand::random();
+                if self.job_id_free(id) {
+                    break id;
+                }
+            },
         };
         let graph = Arc::new(JobGraph::build(job, spec)?);
         let path = job_state_path(&self.state_dir, job);
-        JobState::create(&path, &graph, now_ns())?;
+        let mut st = JobState::create(&path, &graph, now_ns())?;
+        if let Some(url) = store {
+            st.set_store(&url)?;
+            self.stores.insert(job, url);
+        }
         self.rm.handle(
             Event::JobSubmitted {
                 graph,
@@ -371,7 +405,12 @@ impl Control {
             };
             if let Some(c) = self.conns.get(&conn) {
                 let graph = graph.clone();
-                let _ = c.tx.send(Out::Grant { graph, tasks });
+                let store = self.stores.get(&job).cloned();
+                let _ = c.tx.send(Out::Grant {
+                    graph,
+                    tasks,
+                    store,
+                });
             }
         }
     }

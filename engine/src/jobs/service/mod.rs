@@ -55,6 +55,8 @@ enum Out {
     Grant {
         graph: Arc<JobGraph>,
         tasks: Vec<Assignment>,
+        /// Where the task records are, when not sent inline.
+        store: Option<String>,
     },
 }
 
@@ -243,11 +245,19 @@ fn write_loop(
 fn write_out(out: &mut impl Write, item: Out) -> Result<(), JobError> {
     match item {
         Out::Msg(m) => write_frame(out, &m)?,
-        Out::Grant { graph, tasks } => {
+        Out::Grant {
+            graph,
+            tasks,
+            store,
+        } => {
+            let inline = store.is_none();
             let tasks = tasks
                 .into_iter()
                 .map(|a| {
-                    let (addr, record) = graph.record(a.idx);
+                    let (addr, record) = match inline {
+                        true => graph.record(a.idx),
+                        false => (0, &[][..]),
+                    };
                     TaskGrant {
                         job: a.job,
                         idx: a.idx,
@@ -261,7 +271,7 @@ fn write_out(out: &mut impl Write, item: Out) -> Result<(), JobError> {
                     }
                 })
                 .collect();
-            write_frame(out, &ToPeer::Grant { tasks })?
+            write_frame(out, &ToPeer::Grant { tasks, store })?
         }
     }
     Ok(())
