@@ -160,3 +160,28 @@ fn written_and_closed_by_one_client_is_read_by_another() {
     other.read(&fh, 0, &mut buf).unwrap();
     assert!(buf == data);
 }
+
+#[test]
+fn unlink_removes_the_file_data() {
+    use ferrite_client::client::Key;
+    let ns = namespace().with_chunk_bytes(4096).unwrap();
+    let fh = ns.create(ROOT_OBJECT, "gone", 0o644).unwrap();
+    ns.write(&fh, 0, &[7u8; 10_000]).unwrap();
+    let object = fh.entry().object;
+    ns.close(fh).unwrap();
+    let chunk = |i: u64| {
+        let mut d = vec![b'c'];
+        d.extend_from_slice(&i.to_be_bytes());
+        Key::new(7, object, &d, b"d")
+    };
+    for i in 0..3 {
+        assert!(ns.client().read_extent(&chunk(i), 0, 16).unwrap().is_some());
+    }
+    ns.unlink(ROOT_OBJECT, "gone").unwrap();
+    for i in 0..3 {
+        assert!(
+            ns.client().read_extent(&chunk(i), 0, 16).unwrap().is_none(),
+            "chunk {i} survived unlink"
+        );
+    }
+}

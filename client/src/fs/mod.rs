@@ -206,7 +206,47 @@ impl Namespace {
         }
         self.remove_entry(dir, name)?;
         if e.kind == EntryKind::File {
-            self.punch_object(e.object, name)?;
+            self.remove_data(&e, name)?;
+        }
+        Ok(())
+    }
+
+    /// Removes a file's chunks. Small files punch just the chunk dkeys
+    /// inside their size, in parallel (one target each); big ones punch the
+    /// whole object (one request to every target). Chunks a crashed writer
+    /// wrote past the published size of a small file are not reclaimed.
+    fn remove_data(&self, e: &Entry, name: &str) -> FsResult<()> {
+        const TARGETED_CHUNKS_MAX: u64 = 16;
+        let chunks = e.size.div_ceil(u64::from(e.chunk_size.max(1)));
+        if chunks > TARGETED_CHUNKS_MAX {
+            return self.punch_object(e.object, name);
+        }
+        let futures: Vec<_> = (0..chunks)
+            .map(|i| {
+                self.client.request_async(&Request::Punch {
+                    scope: PunchScope::Dkey,
+                    key: Key::new(
+                        self.container,
+                        e.object,
+                        &file::chunk_dkey(i),
+                        file::CHUNK_AKEY,
+                    ),
+                })
+            })
+            .collect();
+        for r in futures::executor::block_on(futures::future::join_all(futures)) {
+            match r.map_err(client_err(format!("remove data of {name}")))? {
+                Reply::Version(_) => {}
+                other => {
+                    return Err(FsError::Client {
+                        what: format!("remove data of {name}"),
+                        source: ClientError::Protocol {
+                            url: self.client.url(),
+                            detail: format!("punch answered with {other:?}"),
+                        },
+                    })
+                }
+            }
         }
         Ok(())
     }
