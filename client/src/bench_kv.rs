@@ -1,8 +1,9 @@
 //! `ferrite bench kv`: GET/PUT throughput and latency against an engine.
 //!
 //! N client threads share one [`Client`]; each keeps `--pipeline` requests
-//! in flight (PUTs and RPC GETs are pipelined futures on the connection;
-//! one-sided GETs complete in the call). Keys are `key:{i:012}` (dkey; akey
+//! in flight (PUTs and RPC GETs as one batch frame, or with `--frames` as
+//! separate pipelined frames; one-sided GETs are looked up together with
+//! prefetching). Keys are `key:{i:012}` (dkey; akey
 //! empty), uniformly random over `--keys`; values are `--value-size` bytes.
 //! GET and mix runs first load every key with batched PUTs.
 //!
@@ -44,9 +45,15 @@ pub struct BenchKvArgs {
     /// Seconds of measurement.
     #[arg(short = 't', long = "time", default_value_t = 10.0)]
     pub seconds: f64,
-    /// Requests in flight per client thread.
+    /// Requests in flight per client thread: one-sided GETs are looked up
+    /// together (prefetched); RPCs go as one batch frame of this many
+    /// operations (like redis-benchmark -P), or with --frames as this many
+    /// separate pipelined frames.
     #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
+    /// Pipeline RPCs as separate frames instead of one batch frame.
+    #[arg(long)]
+    pub frames: bool,
     /// Connections in the client's pool.
     #[arg(long, default_value_t = 2)]
     pub connections: usize,
@@ -363,6 +370,15 @@ fn get_batches(
     (ops, errors)
 }
 
+/// Sends each request as its own frame, all before awaiting any.
+fn pipelined(client: &Client, requests: &[Request]) -> Result<Vec<Reply>, ()> {
+    let futures: Vec<_> = requests.iter().map(|r| client.request_async(r)).collect();
+    futures
+        .into_iter()
+        .map(|f| futures::executor::block_on(f).map_err(|_| ()))
+        .collect()
+}
+
 struct WorkerResult {
     latency_ns: Histogram<u64>,
     ops: u64,
@@ -425,27 +441,35 @@ fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBoo
             continue;
         }
         let t0 = Instant::now();
-        let futures: Vec<_> = (0..depth)
+        let requests: Vec<Request> = (0..depth)
             .map(|_| {
-                let k = Key::new(0, 0, &key_name(rng.next(args.keys)), b"");
+                let key = Key::new(0, 0, &key_name(rng.next(args.keys)), b"");
                 if is_get {
-                    client.request_async(&Request::Fetch { key: k })
+                    Request::Fetch { key }
                 } else {
-                    client.request_async(&Request::Update {
-                        key: k,
+                    Request::Update {
+                        key,
                         value: value.clone(),
-                    })
+                    }
                 }
             })
             .collect();
-        for f in futures {
-            let r = futures::executor::block_on(f);
-            let _ = hist.record(t0.elapsed().as_nanos() as u64);
-            ops += 1;
-            match r {
-                Ok(Reply::Version(_)) | Ok(Reply::Value(Some(_))) => {}
-                _ => errors += 1,
+        let replies = if args.frames || depth == 1 {
+            pipelined(client, &requests)
+        } else {
+            client.batch(requests).map_err(|_| ())
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        let _ = hist.record_n(ns, depth as u64);
+        ops += depth as u64;
+        match replies {
+            Ok(rs) => {
+                errors += rs
+                    .iter()
+                    .filter(|r| !matches!(r, Reply::Version(_) | Reply::Value(Some(_))))
+                    .count() as u64;
             }
+            Err(()) => errors += depth as u64,
         }
     }
     WorkerResult {

@@ -31,7 +31,9 @@ pub struct ClientOptions {
     pub connections: usize,
     /// Use one-sided reads for GET when the engine exports regions.
     pub one_sided: bool,
-    /// Buckets kept in the bucket cache.
+    /// Buckets kept in the bucket cache, for remote providers (tcp). Over
+    /// shm a bucket read is a load from the mapping, as cheap as a cache hit
+    /// and never stale, so no cache is kept there.
     pub bucket_cache: usize,
     /// How long a blocking call waits for its reply.
     pub request_timeout: Duration,
@@ -426,7 +428,9 @@ fn build_reader(
             _ => return Ok(None),
         }
     }
+    let mut cache_buckets = opts.bucket_cache;
     let endpoint: Box<dyn Endpoint> = if !fds.is_empty() {
+        cache_buckets = 0;
         let mut ep = ShmEndpoint::new();
         for (r, fd) in regions.iter().zip(&fds) {
             ep.insert(r, ShmMapping::map(fd, r.length)?)?;
@@ -440,7 +444,7 @@ fn build_reader(
     Ok(Some(OneSidedReader::new(
         endpoint,
         targets,
-        opts.bucket_cache,
+        cache_buckets,
         opts.retry,
     )?))
 }
