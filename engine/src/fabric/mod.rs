@@ -31,6 +31,8 @@
 
 mod shm;
 mod tcp;
+#[cfg(feature = "rdma")]
+pub mod verbs;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,0 +1,176 @@
+//! The verbs side channel: a TCP listener of the engine where a client
+//! trades queue pair info for a connected RC queue pair and the verbs
+//! region descriptors.
+//!
+//! Exchange: client → engine: `QpInfo` (32 bytes, see [`super::qp`]);
+//! engine → client: `QpInfo` (32), descriptor count (u32 LE), then that many
+//! 40-byte region descriptors. The engine's queue pair lives until the
+//! client closes the socket (or the engine stops).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ferrite_proto::region::{RegionDescriptor, DESCRIPTOR_BYTES};
+
+use super::qp::{QpInfo, RcQp, QP_INFO_BYTES};
+use super::VerbsFabric;
+use crate::fabric::Fabric;
+use crate::server::ServerError;
+
+/// Most descriptors a reply may carry (two per target).
+const MAX_DESCRIPTORS: u32 = 4096;
+/// Reads per queue pair in flight at most (send queue depth).
+const QP_DEPTH: u32 = 64;
+
+fn io_err(op: &str, e: std::io::Error) -> ServerError {
+    ServerError::Fabric(format!("verbs side channel {op}: {e}"))
+}
+
+/// A running side channel; dropping it stops accepting and ends the
+/// connection threads within about a second.
+#[derive(Debug)]
+pub struct SideChannel {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SideChannel {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for SideChannel {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Listens on `listen` (e.g. `192.0.2.2:7601`) for verbs connections to
+/// `fabric`'s regions.
+pub fn serve(fabric: Arc<VerbsFabric>, listen: &str) -> Result<SideChannel, ServerError> {
+    let listener = TcpListener::bind(listen).map_err(|e| io_err("bind", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| io_err("local address", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| io_err("nonblocking", e))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("verbs-side".into())
+        .spawn(move || accept_loop(listener, fabric, flag))
+        .map_err(|e| io_err("spawn", e))?;
+    tracing::info!(%addr, "verbs side channel listening");
+    Ok(SideChannel {
+        addr,
+        stop,
+        thread: Some(thread),
+    })
+}
+
+fn accept_loop(listener: TcpListener, fabric: Arc<VerbsFabric>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let (fabric, stop) = (fabric.clone(), stop.clone());
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("verbs-conn".into())
+                        .spawn(move || match serve_one(stream, &fabric, &stop) {
+                            Ok(()) => tracing::debug!(%peer, "verbs connection closed"),
+                            Err(e) => tracing::warn!(%peer, "verbs connection: {e}"),
+                        });
+                if let Err(e) = spawned {
+                    tracing::warn!("verbs side channel: cannot spawn: {e}");
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => {
+                tracing::warn!("verbs side channel accept: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn serve_one(
+    mut stream: TcpStream,
+    fabric: &VerbsFabric,
+    stop: &AtomicBool,
+) -> Result<(), ServerError> {
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| io_err("blocking", e))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| io_err("timeout", e))?;
+    let mut b = [0u8; QP_INFO_BYTES];
+    stream.read_exact(&mut b).map_err(|e| io_err("read", e))?;
+    let remote = QpInfo::decode(&b)?;
+    let mut qp = RcQp::create(fabric.device().clone(), QP_DEPTH)?;
+    qp.connect(&remote, true)?;
+    let descriptors = fabric.descriptors();
+    let mut reply = qp.local_info().encode().to_vec();
+    reply.extend_from_slice(&(descriptors.len() as u32).to_le_bytes());
+    for d in &descriptors {
+        reply.extend_from_slice(&d.encode());
+    }
+    stream.write_all(&reply).map_err(|e| io_err("write", e))?;
+    // Keep the queue pair until the client goes away or the engine stops.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .map_err(|e| io_err("timeout", e))?;
+    let mut byte = [0u8; 1];
+    while !stop.load(Ordering::Relaxed) {
+        match stream.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => return Err(io_err("read", e)),
+        }
+    }
+    drop(qp);
+    Ok(())
+}
+
+/// Client half of the exchange: sends `local`, returns the engine's queue
+/// pair info and its verbs region descriptors.
+pub fn exchange(
+    stream: &mut TcpStream,
+    local: &QpInfo,
+) -> Result<(QpInfo, Vec<RegionDescriptor>), ServerError> {
+    stream
+        .write_all(&local.encode())
+        .map_err(|e| io_err("write", e))?;
+    let mut b = [0u8; QP_INFO_BYTES];
+    stream.read_exact(&mut b).map_err(|e| io_err("read", e))?;
+    let remote = QpInfo::decode(&b)?;
+    let mut n = [0u8; 4];
+    stream.read_exact(&mut n).map_err(|e| io_err("read", e))?;
+    let n = u32::from_le_bytes(n);
+    if n > MAX_DESCRIPTORS {
+        return Err(ServerError::Fabric(format!(
+            "{n} region descriptors is too many"
+        )));
+    }
+    let mut descriptors = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let mut d = [0u8; DESCRIPTOR_BYTES];
+        stream.read_exact(&mut d).map_err(|e| io_err("read", e))?;
+        let d = RegionDescriptor::decode(&d).map_err(|e| ServerError::Fabric(e.to_string()))?;
+        descriptors.push(d);
+    }
+    Ok((remote, descriptors))
+}
