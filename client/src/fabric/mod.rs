@@ -17,6 +17,8 @@ use crate::client::error::Result;
 
 pub mod shm;
 pub mod tcp;
+#[cfg(feature = "rdma")]
+pub mod verbs;
 
 /// One-sided reads of an engine's registered regions.
 pub trait Endpoint: Send + Sync {

@@ -46,6 +46,11 @@ pub use device::{gid_of, sysfs_gid_text, Device, DeviceSelector, NO_DEVICE};
 pub use qp::{QpInfo, QpState, RcQp, ReadWr, MAX_BATCH, QP_INFO_BYTES};
 pub use side::{exchange, serve, SideChannel};
 
+/// Access of a local buffer that RDMA READs land in.
+pub const ACCESS_LOCAL_WRITE: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+/// Access of an exported region: remote read only.
+pub const ACCESS_REMOTE_READ: u32 = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+
 /// A memory registration; deregistered on drop.
 #[derive(Debug)]
 pub struct MemoryRegion {
@@ -138,7 +143,7 @@ impl Fabric for VerbsFabric {
             .ok_or_else(|| {
                 ServerError::Fabric(format!("region {} too long", template.region_id))
             })?;
-        let access = ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+        let access = ACCESS_REMOTE_READ;
         // SAFETY: the region stays mapped while the registry holds its Arc,
         // and the MR is dropped (deregister) before the registry entry.
         let mr =
