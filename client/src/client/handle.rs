@@ -164,7 +164,15 @@ impl Client {
         &self.regions
     }
 
-    /// `"shm"` or `"tcp"` when GETs are one-sided, else `None`.
+    /// Replaces the one-sided reader, e.g. with one over a verbs endpoint
+    /// (`OneSidedReader::new(Box::new(verbs_endpoint), targets, ..)`), or
+    /// turns one-sided GETs off with `None`.
+    pub fn set_one_sided_reader(&mut self, reader: Option<OneSidedReader>) {
+        self.reader = reader;
+    }
+
+    /// `"shm"`, `"tcp"` (or another endpoint's name) when GETs are
+    /// one-sided, else `None`.
     pub fn one_sided_provider(&self) -> Option<&'static str> {
         self.reader.as_ref().map(OneSidedReader::provider)
     }
