@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ferrite_engine::config::{EngineConfig, Size};
+use ferrite_engine::jobs::{JobService, JobServiceConfig};
 use ferrite_engine::Engine;
 
 #[derive(Debug, Parser)]
@@ -52,6 +53,10 @@ struct Args {
     /// Main-area buckets per target (power of two).
     #[arg(long)]
     buckets: Option<u64>,
+    /// Job service listen address (DAG jobs, resource manager); port 0
+    /// picks one, "" disables. Workers connect here (`ferrite worker`).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    jobs: String,
 }
 
 fn build_config(args: Args) -> Result<EngineConfig, String> {
@@ -122,7 +127,9 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    let config = match build_config(Args::parse()) {
+    let args = Args::parse();
+    let jobs_listen = args.jobs.clone();
+    let config = match build_config(args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ferrite-engine: {e}");
@@ -130,6 +137,7 @@ fn main() -> ExitCode {
         }
     };
     let signals = block_signals();
+    let jobs_dir = config.data_dir.join("jobs");
     let engine = match Engine::start(config) {
         Ok(e) => e,
         Err(e) => {
@@ -147,9 +155,20 @@ fn main() -> ExitCode {
             d.region_id, d.target, d.provider, d.kind, d.length, d.param
         );
     }
+    let jobs = match start_jobs(&jobs_listen, jobs_dir) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("ferrite-engine: job service: {e}");
+            let _ = engine.shutdown();
+            return ExitCode::FAILURE;
+        }
+    };
     println!("ready");
     let sig = wait_for_signal(&signals);
     eprintln!("ferrite-engine: signal {sig}, shutting down");
+    if let Some(j) = jobs {
+        j.shutdown();
+    }
     match engine.shutdown() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -157,4 +176,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Starts the job service unless `listen` is empty; prints its address.
+fn start_jobs(listen: &str, state_dir: PathBuf) -> Result<Option<JobService>, String> {
+    if listen.is_empty() {
+        return Ok(None);
+    }
+    let addr = listen
+        .parse()
+        .map_err(|e| format!("--jobs {listen:?}: {e}"))?;
+    let service = JobService::start(JobServiceConfig {
+        listen: addr,
+        ..JobServiceConfig::new(state_dir)
+    })
+    .map_err(|e| e.to_string())?;
+    println!("listen jobs tcp://{}", service.addr());
+    Ok(Some(service))
 }
