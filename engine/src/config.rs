@@ -276,6 +276,11 @@ impl EngineConfig {
     pub fn validate(&self) -> Result<(), ServerError> {
         let bad = |m: String| Err(ServerError::Config(m));
         for p in &self.fabric.providers {
+            #[cfg(feature = "rdma")]
+            if let Some(spec) = crate::fabric::verbs::VerbsSpec::parse(p) {
+                spec.map_err(ServerError::Config)?;
+                continue;
+            }
             if p != "shm" && p != "tcp" {
                 return bad(format!(
                     "fabric provider {p:?}: expected \"shm\" or \"tcp\""

@@ -94,6 +94,10 @@ pub struct EngineHandle {
     unix: Option<PathBuf>,
     stops: Vec<oneshot::Sender<()>>,
     unix_acceptor: Option<listen::UnixAcceptor>,
+    /// The verbs provider and its side channel (feature `rdma`).
+    #[cfg(feature = "rdma")]
+    #[allow(dead_code)] // held for its lifetime: stops the side channel on drop
+    verbs: crate::fabric::verbs::VerbsStart,
 }
 
 impl std::fmt::Debug for EngineHandle {
@@ -178,7 +182,13 @@ impl Engine {
             true => Some(register_all(ShmFabric::default(), &regions)?),
             false => None,
         };
-        let tcp = match config.has_provider("tcp") {
+        #[cfg(feature = "rdma")]
+        let verbs = crate::fabric::verbs::start_for_engine(&config.fabric.providers, &regions)?;
+        #[cfg(feature = "rdma")]
+        let tcp_fallback = verbs.fell_back;
+        #[cfg(not(feature = "rdma"))]
+        let tcp_fallback = false;
+        let tcp = match config.has_provider("tcp") || tcp_fallback {
             true => Some(register_all(TcpFabric::default(), &regions)?),
             false => None,
         };
@@ -210,6 +220,8 @@ impl Engine {
             unix: None,
             stops: Vec::new(),
             unix_acceptor: None,
+            #[cfg(feature = "rdma")]
+            verbs,
         };
         handle.listen(&config)?;
         Ok(handle)

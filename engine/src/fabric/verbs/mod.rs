@@ -31,6 +31,7 @@
 mod device;
 mod qp;
 mod side;
+mod start;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,7 @@ use crate::server::ServerError;
 pub use device::{gid_of, sysfs_gid_text, Device, DeviceSelector, NO_DEVICE};
 pub use qp::{QpInfo, QpState, RcQp, ReadWr, MAX_BATCH, QP_INFO_BYTES};
 pub use side::{exchange, serve, SideChannel};
+pub use start::{start_for_engine, RunningVerbs, VerbsSpec, VerbsStart, DEFAULT_SIDE_LISTEN};
 
 /// Access of a local buffer that RDMA READs land in.
 pub const ACCESS_LOCAL_WRITE: u32 = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
