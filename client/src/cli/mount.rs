@@ -32,7 +32,10 @@ pub struct UmountArgs {
 fn connect(engine: Option<&str>) -> anyhow::Result<Client> {
     match engine {
         Some(url) => Client::connect(url).with_context(|| format!("connect to {url}")),
+        #[cfg(feature = "embedded")]
         None => ferrite_client::embedded::connect().context("start an embedded engine"),
+        #[cfg(not(feature = "embedded"))]
+        None => bail!("no --engine given and this build has no embedded engine"),
     }
 }
 
