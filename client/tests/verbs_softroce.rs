@@ -1,0 +1,220 @@
+//! One-sided GETs over RDMA verbs against a real `ferrite-engine`, on
+//! soft-RoCE in the `hack/softroce` guest (payload
+//! `hack/softroce.d/ferrite-verbs.sh`). Ignored elsewhere: they need an RDMA
+//! device (`cargo test --features rdma -- --ignored` where one exists).
+//!
+//! Environment (defaults are the guest's): `FERRITE_VERBS_PROVIDER`
+//! (`verbs=rxe1@192.0.2.2:7601`, the engine's provider entry) and
+//! `FERRITE_VERBS_CLIENT_DEVICE` (`rxe0`).
+
+mod kv_support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrite_client::client::onesided::{OneSidedReader, RetryPolicy};
+use ferrite_client::client::{Client, Key};
+use ferrite_client::fabric::verbs::VerbsEndpoint;
+use ferrite_client::fabric::Endpoint;
+use ferrite_engine::fabric::verbs::DeviceSelector;
+use kv_support::EngineProc;
+
+const WRITERS: u64 = 2;
+const KEYS_PER_WRITER: u64 = 8;
+const WRITES_PER_WRITER: u64 = 600;
+
+fn env(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+fn provider() -> String {
+    env("FERRITE_VERBS_PROVIDER", "verbs=rxe1@192.0.2.2:7601")
+}
+
+fn side_addr() -> String {
+    let p = provider();
+    p.split_once('@')
+        .map(|(_, a)| a.to_string())
+        .expect("provider entry has @LISTEN")
+}
+
+fn start_engine(dir: &std::path::Path) -> EngineProc {
+    EngineProc::start_with(dir, &["--providers", &provider()])
+}
+
+fn endpoint() -> VerbsEndpoint {
+    let dev = DeviceSelector::parse(&env("FERRITE_VERBS_CLIENT_DEVICE", "rxe0"));
+    VerbsEndpoint::connect(&side_addr(), &dev).expect("verbs connect")
+}
+
+/// A client whose one-sided GETs are RDMA READs (RPC over tcp).
+fn verbs_client(engine: &EngineProc) -> Client {
+    let mut c = Client::connect(&engine.tcp).expect("connect");
+    let ep = endpoint();
+    let targets = ep.targets().expect("verbs targets");
+    let reader =
+        OneSidedReader::new(Box::new(ep), targets, 4096, RetryPolicy::default()).expect("reader");
+    c.set_one_sided_reader(Some(reader));
+    assert_eq!(c.one_sided_provider(), Some("verbs"));
+    c
+}
+
+fn key(k: u64) -> Key {
+    Key::new(7, 7, format!("verbs-{k}").as_bytes(), b"v")
+}
+
+fn value(k: u64, seq: u64) -> Vec<u8> {
+    let mut v = format!("{k}:{seq}:").into_bytes();
+    v.resize(16 + (seq % 64) as usize, b'#');
+    v
+}
+
+/// key → per sequence number (PUT start, ack).
+type History = HashMap<u64, Vec<(Instant, Instant)>>;
+/// (key, seq or None, GET start, GET end).
+type Seen = Vec<(u64, Option<u64>, Instant, Instant)>;
+
+fn writer(client: Arc<Client>, w: u64) -> History {
+    let mut h = History::new();
+    for n in 0..WRITES_PER_WRITER {
+        let k = w * KEYS_PER_WRITER + n % KEYS_PER_WRITER;
+        let t0 = Instant::now();
+        client
+            .put(&key(k), &value(k, n / KEYS_PER_WRITER))
+            .expect("put");
+        h.entry(k).or_default().push((t0, Instant::now()));
+    }
+    h
+}
+
+fn reader(client: Arc<Client>, r: u64, done: Arc<AtomicBool>) -> Seen {
+    let (mut seen, started) = (Seen::new(), Instant::now());
+    for i in 0..2_000_000u64 {
+        if done.load(Ordering::Acquire) || started.elapsed() > Duration::from_secs(180) {
+            break;
+        }
+        let k = (i * 5 + r) % (WRITERS * KEYS_PER_WRITER);
+        let t0 = Instant::now();
+        let got = client.get(&key(k)).expect("get");
+        let t1 = Instant::now();
+        let seq = got.map(|v| {
+            let s = String::from_utf8_lossy(&v).to_string();
+            let seq: u64 = s
+                .split(':')
+                .nth(1)
+                .and_then(|x| x.parse().ok())
+                .expect("seq");
+            assert_eq!(v, value(k, seq), "bytes are not a value written to key {k}");
+            seq
+        });
+        seen.push((k, seq, t0, t1));
+    }
+    seen
+}
+
+/// Each GET returned a value that was the latest acknowledged one at some
+/// moment during the GET (or one whose PUT was in flight).
+fn check(history: &History, seen: &Seen) {
+    for &(k, seq, t0, t1) in seen {
+        let h = &history[&k];
+        let next = match seq {
+            None => 0,
+            Some(s) => {
+                assert!(
+                    h[s as usize].0 <= t1,
+                    "key {k} seq {s} returned before its PUT began"
+                );
+                s as usize + 1
+            }
+        };
+        if let Some(&(_, ack)) = h.get(next) {
+            assert!(
+                ack >= t0,
+                "key {k}: GET returned {seq:?}, seq {next} was acked before it began"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
+fn verbs_gets_return_latest_values_while_writers_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start_engine(dir.path());
+    let writer_client = Arc::new(Client::connect(&engine.tcp).unwrap());
+    let readers: Vec<Arc<Client>> = (0..2).map(|_| Arc::new(verbs_client(&engine))).collect();
+    let done = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let c = writer_client.clone();
+            std::thread::spawn(move || writer(c, w))
+        })
+        .collect();
+    let reading: Vec<_> = (readers.iter().enumerate())
+        .map(|(r, c)| {
+            let (c, done) = (c.clone(), done.clone());
+            std::thread::spawn(move || reader(c, r as u64, done))
+        })
+        .collect();
+    let mut history = History::new();
+    for w in writers {
+        history.extend(w.join().unwrap());
+    }
+    done.store(true, Ordering::Release);
+    let seen: Vec<Seen> = reading.into_iter().map(|r| r.join().unwrap()).collect();
+    seen.iter().for_each(|s| check(&history, s));
+    let found = seen.iter().flatten().filter(|s| s.1.is_some()).count();
+    assert!(found > 0, "no GET found a value");
+    for c in &readers {
+        let n = c.counters();
+        assert!(n.one_sided_hits > 0, "no one-sided verbs GET hit: {n:?}");
+    }
+    let total: usize = seen.iter().map(|s| s.len()).sum();
+    eprintln!(
+        "verbs: checked {total} GETs ({found} values) against {} PUTs",
+        WRITERS * WRITES_PER_WRITER
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
+fn verbs_get_latency() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start_engine(dir.path());
+    let c = verbs_client(&engine);
+    c.put(&key(1), &value(1, 0)).unwrap();
+    let mut times = Vec::with_capacity(2000);
+    for _ in 0..2000 {
+        let t0 = Instant::now();
+        assert_eq!(c.get(&key(1)).unwrap(), Some(value(1, 0)));
+        times.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    let hits = c.counters().one_sided_hits;
+    assert!(hits >= 2000, "GETs were not one-sided: {hits} hits");
+    times.sort_by(f64::total_cmp);
+    let avg = times.iter().sum::<f64>() / times.len() as f64;
+    // Read by ferrite-verbs.sh to compare with ib_read_lat.
+    println!("FERRITE_VERBS_GET_P50_US={:.2}", times[times.len() / 2]);
+    println!("FERRITE_VERBS_GET_AVG_US={avg:.2}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
+fn verbs_read_after_engine_killed_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut engine = start_engine(dir.path());
+    let ep = endpoint();
+    let t = ep.targets().unwrap()[0];
+    let mut buf = vec![0u8; 64];
+    ep.read(&t.buckets, 0, 64, &mut buf)
+        .expect("read while the engine runs");
+    engine.kill();
+    let err = ep
+        .read(&t.buckets, 0, 64, &mut buf)
+        .expect_err("read from a dead engine");
+    let m = err.to_string();
+    assert!(m.contains("RDMA READ"), "unclear error: {m}");
+    eprintln!("verbs: after the engine was killed: {m}");
+}
