@@ -7,7 +7,8 @@
 //! - `round_trip_p50` / `round_trip_p99`: a request to another core and its
 //!   answer. Ferrite: `Mesh::run_on` from xstream 0 to xstream 1 (spinning
 //!   50 µs before parking). tokio: an mpsc request carrying a oneshot for
-//!   the reply, between two tasks.
+//!   the reply, between two current-thread runtimes on two threads (the
+//!   multi-thread runtime cannot be told to put two tasks on two workers).
 //! - `dag_random`: a random DAG (each node has up to 8 dependencies chosen
 //!   among earlier nodes, each node at most 8 dependents) of no-op tasks run
 //!   to completion; tasks per second. Ferrite: `PreparedGraph::run`, timed
@@ -45,7 +46,7 @@ impl Default for XstreamBenchOptions {
     fn default() -> Self {
         Self {
             dag_tasks: 1_000_000,
-            round_trips: 100_000,
+            round_trips: 20_000,
             spawns_per_core: 2_000_000,
             seed: 0xF3_2217E,
             spin: Duration::from_micros(50),
@@ -90,19 +91,12 @@ pub fn measure(options: &XstreamBenchOptions) -> anyhow::Result<Vec<Row>> {
     let peer = tokio_spawn_rate(&runtime, cores, options.spawns_per_core);
     rows.push(row("spawn_complete", "tasks/s/core", ferrite, peer));
     let ferrite = ferrite_round_trips(set.mesh(), options.round_trips)?;
-    let peer = tokio_round_trips(&runtime, options.round_trips)?;
-    rows.push(row(
-        "round_trip_p50",
-        "us",
-        quantile_us(&ferrite, 0.5),
-        quantile_us(&peer, 0.5),
-    ));
-    rows.push(row(
-        "round_trip_p99",
-        "us",
-        quantile_us(&ferrite, 0.99),
-        quantile_us(&peer, 0.99),
-    ));
+    let peer = tokio_round_trips(options.round_trips)?;
+    for (name, q) in [("round_trip_p50", 0.5), ("round_trip_p99", 0.99)] {
+        let mut r = row(name, "us", quantile_us(&ferrite, q), quantile_us(&peer, q));
+        r.peer_name = "tokio current-thread x2 threads (mpsc+oneshot)".into();
+        rows.push(r);
+    }
     let dag = RandomDag::generate(options.dag_tasks, options.seed);
     let ferrite = ferrite_dag_rate(set.mesh(), &dag, options.seed)?;
     let peer = tokio_dag_rate(&runtime, &dag)?;
@@ -217,36 +211,44 @@ fn ferrite_round_trips(mesh: &Mesh, count: usize) -> anyhow::Result<Histogram<u6
     futures::executor::block_on(run)?
 }
 
-fn tokio_round_trips(
-    runtime: &tokio::runtime::Runtime,
-    count: usize,
-) -> anyhow::Result<Histogram<u64>> {
-    runtime.block_on(async move {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>(1024);
-        let echo = tokio::spawn(async move {
+/// tokio's multi-thread runtime cannot place two tasks on two different
+/// workers (a ping-pong there usually stays on one worker and never
+/// crosses a core), so the round trip peer is two current-thread tokio
+/// runtimes on two threads, talking over tokio mpsc + oneshot.
+fn tokio_round_trips(count: usize) -> anyhow::Result<Histogram<u64>> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<()>>(1024);
+    let current_thread = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    };
+    let echo_runtime = current_thread().context("building the echo runtime")?;
+    let echo = std::thread::spawn(move || {
+        echo_runtime.block_on(async move {
             while let Some(reply) = rx.recv().await {
                 let _ = reply.send(());
             }
-        });
-        let pinger = tokio::spawn(async move {
-            let mut h = new_histogram()?;
-            for i in 0..count + count / 10 {
-                let start = Instant::now();
-                let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
-                tx.send(reply_tx)
-                    .await
-                    .map_err(|_| anyhow::anyhow!("echo task gone"))?;
-                reply_rx.await?;
-                if i >= count / 10 {
-                    h.record(start.elapsed().as_nanos() as u64)?;
-                }
+        })
+    });
+    let runtime = current_thread().context("building the ping runtime")?;
+    let h = runtime.block_on(async move {
+        let mut h = new_histogram()?;
+        for i in 0..count + count / 10 {
+            let start = Instant::now();
+            let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
+            tx.send(reply_tx)
+                .await
+                .map_err(|_| anyhow::anyhow!("echo task gone"))?;
+            reply_rx.await?;
+            if i >= count / 10 {
+                h.record(start.elapsed().as_nanos() as u64)?;
             }
-            Ok::<_, anyhow::Error>(h)
-        });
-        let h = pinger.await??;
-        let _ = echo.await;
-        Ok(h)
-    })
+        }
+        Ok::<_, anyhow::Error>(h)
+    })?;
+    echo.join()
+        .map_err(|_| anyhow::anyhow!("echo thread panicked"))?;
+    Ok(h)
 }
 
 /// A random DAG in compressed rows: node `i` depends on

@@ -74,6 +74,10 @@ impl<T> Lane<T> {
         waiters.into_iter().for_each(Waker::wake);
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }

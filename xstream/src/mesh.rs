@@ -20,6 +20,9 @@ use crate::{TaskClass, XstreamId};
 
 pub(crate) type Message = Box<dyn FnOnce() + Send>;
 
+/// How long an idle pump sleeps at most before it checks its lanes again.
+const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_micros(500);
+
 /// Messages the pump runs before it lets the task queues run.
 const PUMP_BUDGET: usize = 64;
 
@@ -81,6 +84,14 @@ impl Mesh {
         self.inner.mailboxes.is_empty()
     }
 
+    /// Messages waiting in the mailbox of `xs` (a snapshot, for metrics).
+    pub fn queued(&self, xs: XstreamId) -> usize {
+        self.inner
+            .mailboxes
+            .get(xs.0)
+            .map_or(0, |m| m.lanes.iter().map(Lane::len).sum())
+    }
+
     /// True once the set began shutting down.
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)
@@ -102,10 +113,27 @@ impl Mesh {
         T: Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
+        // A caller on another xstream of this mesh gets its answer through
+        // its own mailbox, so the wake of the waiting task is a local one:
+        // cross-thread wakes of glommio tasks were seen to get lost under
+        // load (glommio 0.9), while the pump recovers from those by itself.
+        let origin = self.origin().filter(|&o| o != xs);
+        let mesh = self.clone();
         let message = task_message(class, move || {
             let fut = f();
             async move {
-                let _ = tx.send(fut.await);
+                let output = fut.await;
+                match origin {
+                    Some(o) => {
+                        let reply: Message = Box::new(move || {
+                            let _ = tx.send(output);
+                        });
+                        let _ = mesh.push(o, reply).await;
+                    }
+                    None => {
+                        let _ = tx.send(output);
+                    }
+                }
             }
         });
         let push = self.push(xs, message);
@@ -196,11 +224,13 @@ impl Mesh {
             .mailboxes
             .get(xs.0)
             .ok_or(Error::NoSuchXstream { xstream: xs, count })?;
+        Ok((mailbox, self.origin().map_or(count, |o| o.0)))
+    }
+
+    /// The calling xstream, if it belongs to this mesh.
+    fn origin(&self) -> Option<XstreamId> {
         let uid = self.inner.uid;
-        let lane = context::with(|c| (c.mesh.inner.uid == uid).then_some(c.id.0))
-            .flatten()
-            .unwrap_or(count);
-        Ok((mailbox, lane))
+        context::with(|c| (c.mesh.inner.uid == uid).then_some(c.id)).flatten()
     }
 
     fn after_push(&self, mailbox: &Mailbox, lane: usize) {
@@ -214,7 +244,7 @@ impl Mesh {
         mailbox.waker.wake();
     }
 
-    fn push(&self, xs: XstreamId, message: Message) -> Push {
+    pub(crate) fn push(&self, xs: XstreamId, message: Message) -> Push {
         Push {
             mesh: self.clone(),
             xs,
@@ -250,11 +280,16 @@ impl Mesh {
             if ran > 0 {
                 glommio::executor().yield_task_queue_now().await;
             } else {
-                WaitForMail {
+                // The timer bounds the cost of a lost cross-thread wakeup (seen
+                // with glommio 0.9 foreign wakers under load) to one period:
+                // the executor wakes, processes pending foreign wakes and the
+                // pump looks at its lanes again.
+                let mail = WaitForMail {
                     mailbox,
                     closed: &self.inner.closed,
-                }
-                .await;
+                };
+                let recheck = glommio::timer::Timer::new(IDLE_RECHECK);
+                futures::future::select(std::pin::pin!(mail), std::pin::pin!(recheck)).await;
             }
         }
         for lane in &mailbox.lanes {
@@ -273,7 +308,7 @@ where
     Box::new(move || context::spawn_tracked(class, async move { f().await }))
 }
 
-struct Push {
+pub(crate) struct Push {
     mesh: Mesh,
     xs: XstreamId,
     message: Option<Message>,

@@ -200,3 +200,41 @@ proptest! {
         }
     }
 }
+
+/// A large random DAG (fan-in and fan-out up to 8) of no-op tasks, spread
+/// over all xstreams, runs to completion with a callback on a sample.
+#[test]
+fn large_random_dag_completes() {
+    const N: usize = 200_000;
+    let set = common::shared_set();
+    let mut rng = ferrite_xstream::SeededRng::new(0xDA6);
+    let mut graph = TaskGraph::with_capacity(N);
+    let mut fan_out = vec![0u8; N];
+    let mut deps: Vec<TaskId> = Vec::with_capacity(8);
+    let called = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for i in 0..N {
+        deps.clear();
+        for _ in 0..if i == 0 { 0 } else { rng.below(9) } {
+            let d = rng.below(i);
+            if fan_out[d] < 8 && !deps.contains(&TaskId(d as u32)) {
+                fan_out[d] += 1;
+                deps.push(TaskId(d as u32));
+            }
+        }
+        let mut task = Task::noop();
+        if i % 1000 == 0 {
+            let called = called.clone();
+            task = task.completion_callback(move |_, outcome| {
+                if matches!(outcome, TaskOutcome::Completed) {
+                    called.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+        graph.add(&deps, task).unwrap();
+    }
+    assert!(graph.edge_count() > 2 * N);
+    let report = common::block_on(graph.run(set.mesh(), RunOptions::seeded(5))).unwrap();
+    assert_eq!(report.completed, N as u64);
+    assert_eq!(called.load(std::sync::atomic::Ordering::SeqCst), N / 1000);
+    assert!(report.rounds >= 1);
+}

@@ -141,3 +141,44 @@ fn fire_and_forget_sends_all_arrive() {
     }
     assert_eq!(counter.load(Ordering::SeqCst), SENDS);
 }
+
+/// Sequential cross-xstream round trips, the pattern that exposed lost
+/// cross-thread wakeups (glommio 0.9 foreign wakes under load): every one
+/// must complete. Bounded by a watchdog instead of hanging.
+#[test]
+fn sequential_round_trips_never_stall() {
+    const ROUND_TRIPS: usize = 20_000;
+    let set =
+        XstreamSet::start(XstreamConfig::default().with_spin(std::time::Duration::from_micros(50)))
+            .unwrap();
+    let mesh = set.mesh().clone();
+    let target = XstreamId(set.len() - 1);
+    let handled = Arc::new(AtomicUsize::new(0));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let (h, s) = (handled.clone(), sent.clone());
+    let m = mesh.clone();
+    let run = mesh.run_on(XstreamId(0), TaskClass::Foreground, move || async move {
+        for _ in 0..ROUND_TRIPS {
+            s.fetch_add(1, Ordering::SeqCst);
+            let h = h.clone();
+            m.run_on(target, TaskClass::Foreground, move || async move {
+                h.fetch_add(1, Ordering::SeqCst);
+            })
+            .await?;
+        }
+        Ok::<(), ferrite_xstream::Error>(())
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(common::block_on(run)));
+    let outcome = rx.recv_timeout(std::time::Duration::from_secs(60));
+    assert!(
+        matches!(outcome, Ok(Ok(Ok(())))),
+        "stalled: sent {} handled {} (queued: {} on xs0, {} on target): {outcome:?}",
+        sent.load(Ordering::SeqCst),
+        handled.load(Ordering::SeqCst),
+        mesh.queued(XstreamId(0)),
+        mesh.queued(target)
+    );
+    assert_eq!(handled.load(Ordering::SeqCst), ROUND_TRIPS);
+    set.shutdown().unwrap();
+}

@@ -23,7 +23,7 @@ pub struct BenchXstreamArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub dag_tasks: usize,
     /// Cross-core round trips to time.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 20_000)]
     pub round_trips: usize,
     /// Empty tasks spawned per core.
     #[arg(long, default_value_t = 2_000_000)]

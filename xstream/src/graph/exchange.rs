@@ -47,13 +47,17 @@ impl Exchange {
         self.inboxes.len()
     }
 
-    /// Queues `batch` for shard `to`. The bound above makes this never fail;
-    /// a full inbox is a scheduler bug and is reported as such.
+    /// The bound above makes `send` never fail; a full inbox is a scheduler
+    /// bug and is reported as such.
+    /// Queues `batch` for shard `to`; the sender then has `wake(to)` run
+    /// on `to`'s xstream (a message), so the wake is a local one.
     pub(crate) fn send(&self, to: usize, batch: Batch) -> Result<(), ()> {
-        let inbox = &self.inboxes[to];
-        let pushed = inbox.queue.push(batch).map_err(|_| ());
-        inbox.waker.wake();
-        pushed
+        self.inboxes[to].queue.push(batch).map_err(|_| ())
+    }
+
+    /// Wakes shard `to` if it waits for batches.
+    pub(crate) fn wake(&self, to: usize) {
+        self.inboxes[to].waker.wake();
     }
 
     /// Waits for the batches of `round` from every shard but `me`, keeping

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::exchange::Exchange;
 use super::shard::{Shard, ShardResult};
-use super::{Body, Callback, TaskError, TaskGraph, TaskId, ANY};
+use super::{Body, Callback, TaskError, TaskGraph, TaskId, ANY, NONE};
 use crate::error::{Error, Result};
 use crate::mesh::Mesh;
 use crate::{TaskClass, XstreamId};
@@ -71,6 +71,7 @@ pub struct GraphReport {
 
 /// What every shard of a run shares.
 pub(crate) struct Plan {
+    pub(crate) mesh: Mesh,
     pub(crate) exchange: Exchange,
     pub(crate) failures: Mutex<HashMap<u32, Arc<TaskError>>>,
     pub(crate) clock: AtomicU64,
@@ -83,15 +84,29 @@ impl Plan {
     }
 }
 
-/// The tasks one shard owns, by local index, with their dependents in
-/// compressed rows: local task `l` releases `targets[offsets[l]..offsets[l + 1]]`,
-/// each packed as `shard << 32 | local`.
+/// The hot state of one task, in one 16-byte record so that running a
+/// task touches one cache line for it: dependencies not yet done, the
+/// failed task that cancels it (or NONE), and its row of dependents.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slot {
+    pub(crate) pending: u32,
+    pub(crate) cause: u32,
+    pub(crate) edge_begin: u32,
+    pub(crate) edge_end: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
+
+/// The tasks one shard owns, by local index. Local task `l` releases
+/// `targets[slots[l].edge_begin..slots[l].edge_end]`, each packed as
+/// `shard << 32 | local`. Bit `l` of `extras` says whether it has a body or
+/// a callback (otherwise `bodies[l]`/`callbacks[l]` are not looked at).
 pub(crate) struct ShardTasks {
     pub(crate) ids: Vec<u32>,
-    pub(crate) pending: Vec<u32>,
+    pub(crate) slots: Vec<Slot>,
+    pub(crate) extras: Vec<u64>,
     pub(crate) bodies: Vec<Body>,
     pub(crate) callbacks: Vec<Option<Callback>>,
-    pub(crate) offsets: Vec<u32>,
     pub(crate) targets: Vec<u64>,
 }
 
@@ -131,10 +146,10 @@ impl TaskGraph {
         let mut shards: Vec<ShardTasks> = (0..xstreams)
             .map(|_| ShardTasks {
                 ids: Vec::new(),
-                pending: Vec::new(),
+                slots: Vec::new(),
+                extras: Vec::new(),
                 bodies: Vec::new(),
                 callbacks: Vec::new(),
-                offsets: vec![0],
                 targets: Vec::new(),
             })
             .collect();
@@ -144,22 +159,32 @@ impl TaskGraph {
             let shard = &mut shards[s as usize];
             loc.push(u64::from(s) << 32 | shard.ids.len() as u64);
             shard.ids.push(id as u32);
-            let mut in_degree = 0;
+            let mut pending = 0;
             for d in self.dependencies(id as u32) {
                 out_degree[d as usize] += 1;
-                in_degree += 1;
+                pending += 1;
             }
-            shard.pending.push(in_degree);
+            shard.slots.push(Slot {
+                pending,
+                cause: NONE,
+                edge_begin: 0,
+                edge_end: 0,
+            });
         }
         for shard in &mut shards {
             let mut end = 0u32;
-            for &id in &shard.ids {
+            for (slot, &id) in shard.slots.iter_mut().zip(&shard.ids) {
+                slot.edge_begin = end;
                 end += out_degree[id as usize];
-                shard.offsets.push(end);
+                slot.edge_end = end;
             }
             shard.targets = vec![0; end as usize];
+            shard.extras = vec![0; shard.ids.len().div_ceil(64)];
         }
-        let mut cursor: Vec<Vec<u32>> = shards.iter().map(|s| s.offsets.clone()).collect();
+        let mut cursor: Vec<Vec<u32>> = shards
+            .iter()
+            .map(|s| s.slots.iter().map(|slot| slot.edge_begin).collect())
+            .collect();
         for (id, &at) in loc.iter().enumerate() {
             for d in self.dependencies(id as u32) {
                 let (s, l) = (
@@ -173,6 +198,10 @@ impl TaskGraph {
         }
         for (id, (body, callback)) in self.bodies.into_iter().zip(self.callbacks).enumerate() {
             let shard = &mut shards[shard_of[id] as usize];
+            if !matches!(body, Body::Noop) || callback.is_some() {
+                let l = loc[id] as u32 as usize;
+                shard.extras[l / 64] |= 1 << (l % 64);
+            }
             shard.bodies.push(body);
             shard.callbacks.push(callback);
         }
@@ -219,6 +248,7 @@ impl PreparedGraph {
                 });
             }
             let plan = Arc::new(Plan {
+                mesh: mesh.clone(),
                 exchange: Exchange::new(self.shards.len()),
                 failures: Mutex::new(HashMap::new()),
                 clock: AtomicU64::new(1),

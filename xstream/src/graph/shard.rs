@@ -32,8 +32,6 @@ pub(crate) struct Shard {
     me: usize,
     plan: Arc<Plan>,
     tasks: ShardTasks,
-    /// Per local task: the failed task that cancels it, or NONE.
-    cause: Vec<u32>,
     ready: Vec<u32>,
     rng: SeededRng,
     outbox: Vec<Vec<u64>>,
@@ -51,13 +49,12 @@ impl Shard {
         let n = tasks.ids.len();
         let shards = plan.exchange_len();
         let ready = (0..n as u32)
-            .filter(|&l| tasks.pending[l as usize] == 0)
+            .filter(|&l| tasks.slots[l as usize].pending == 0)
             .collect();
         let seed = plan.options.seed ^ (me as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let tracing = plan.options.record_trace;
         Self {
             me,
-            cause: vec![NONE; n],
             ready,
             rng: SeededRng::new(seed),
             outbox: (0..shards).map(|_| Vec::new()).collect(),
@@ -127,16 +124,17 @@ impl Shard {
         if self.plan.options.record_trace {
             self.started[l] = self.plan.clock.fetch_add(1, Ordering::SeqCst);
         }
-        let cause = self.cause[l];
+        let cause = self.tasks.slots[l].cause;
         if cause != NONE {
             let error = self.failure(cause);
-            return self.finish(
-                local,
-                TaskOutcome::Canceled {
-                    cause: TaskId(cause),
-                    error,
-                },
-            );
+            let outcome = TaskOutcome::Canceled {
+                cause: TaskId(cause),
+                error,
+            };
+            return self.finish(local, outcome);
+        }
+        if !self.has_extras(l) {
+            return self.finish(local, TaskOutcome::Completed);
         }
         match std::mem::replace(&mut self.tasks.bodies[l], Body::Noop) {
             Body::Noop => self.finish(local, TaskOutcome::Completed),
@@ -160,13 +158,16 @@ impl Shard {
         }
     }
 
+    fn has_extras(&self, l: usize) -> bool {
+        self.tasks.extras[l / 64] & (1 << (l % 64)) != 0
+    }
+
     fn finish(&mut self, local: u32, outcome: TaskOutcome) {
         let l = local as usize;
-        let id = self.tasks.ids[l];
         if self.plan.options.record_trace {
             let finished = self.plan.clock.fetch_add(1, Ordering::SeqCst);
             self.result.trace.push(TraceEntry {
-                task: TaskId(id),
+                task: TaskId(self.tasks.ids[l]),
                 xstream: XstreamId(self.me),
                 round: self.round,
                 started: self.started[l],
@@ -179,6 +180,7 @@ impl Shard {
                 NONE
             }
             TaskOutcome::Failed(error) => {
+                let id = self.tasks.ids[l];
                 let mut failures = self.plan.failures.lock().unwrap_or_else(|e| e.into_inner());
                 failures.insert(id, error.clone());
                 id
@@ -188,12 +190,14 @@ impl Shard {
                 cause.0
             }
         };
-        if let Some(callback) = self.tasks.callbacks[l].take() {
-            let _ = catch_unwind(AssertUnwindSafe(|| callback(TaskId(id), &outcome)));
+        if self.has_extras(l) {
+            if let Some(callback) = self.tasks.callbacks[l].take() {
+                let id = TaskId(self.tasks.ids[l]);
+                let _ = catch_unwind(AssertUnwindSafe(|| callback(id, &outcome)));
+            }
         }
-        let begin = self.tasks.offsets[l] as usize;
-        let end = self.tasks.offsets[l + 1] as usize;
-        for edge in begin..end {
+        let slot = self.tasks.slots[l];
+        for edge in slot.edge_begin as usize..slot.edge_end as usize {
             let target = self.tasks.targets[edge];
             let (shard, dependent) = ((target >> 32) as usize, target as u32);
             if shard == self.me {
@@ -208,12 +212,12 @@ impl Shard {
 
     /// One dependency of `local` is done (`cause` NONE) or failed.
     fn release(&mut self, local: u32, cause: u32) {
-        let l = local as usize;
-        if cause != NONE && self.cause[l] == NONE {
-            self.cause[l] = cause;
+        let slot = &mut self.tasks.slots[local as usize];
+        if cause != NONE && slot.cause == NONE {
+            slot.cause = cause;
         }
-        self.tasks.pending[l] -= 1;
-        if self.tasks.pending[l] == 0 {
+        slot.pending -= 1;
+        if slot.pending == 0 {
             self.ready.push(local);
         }
     }
@@ -250,6 +254,9 @@ impl Shard {
                     remaining: self.remaining,
                 });
             }
+            let plan = self.plan.clone();
+            let wake: crate::mesh::Message = Box::new(move || plan.exchange.wake(to));
+            self.plan.mesh.push(XstreamId(to), wake).await?;
         }
         let batches = self.plan.exchange.receive(self.me, self.round, stash).await;
         for batch in batches {
