@@ -32,8 +32,8 @@ pub struct BenchXstreamArgs {
     #[arg(long, default_value_t = 0xF3_2217E)]
     pub seed: u64,
 }
-pub use ferrite_client::bench_store::BenchStoreArgs;
 pub use ferrite_client::bench_kv::BenchKvArgs;
+pub use ferrite_client::bench_store::BenchStoreArgs;
 #[derive(clap::Args, Debug)]
 pub struct BenchJobsArgs {
     #[arg(long)]
