@@ -21,8 +21,23 @@ if [ -r /run/softroce-perftest.env ]; then
     lat=${SOFTROCE_READ_LAT_TYPICAL_US:-}
 fi
 
-# The test finds ferrite-engine next to its own folder (target/<profile>/ on a host).
-ln -sf /opt/ferrite/bin/ferrite-engine /opt/ferrite/ferrite-engine
+# The test finds ferrite-engine next to its own folder (target/<profile>/ on a host). The
+# guest's file systems are all in memory and refuse O_DIRECT: this wrapper turns the test's
+# uring bdev spec into a buffered one (direct=0) and execs the engine (same pid).
+cat >/opt/ferrite/ferrite-engine <<'WRAP'
+#!/bin/sh
+n=$#
+i=0
+while [ "$i" -lt "$n" ]; do
+    a=$1
+    shift
+    case $a in uring:*\?*) a="$a&direct=0" ;; esac
+    set -- "$@" "$a"
+    i=$((i + 1))
+done
+exec /opt/ferrite/bin/ferrite-engine "$@"
+WRAP
+chmod 0755 /opt/ferrite/ferrite-engine
 test_bin=$(find /opt/ferrite/bin -maxdepth 1 -name 'verbs_softroce-*' -type f | head -n 1)
 if [ -z "$test_bin" ]; then
     echo "ferrite-verbs: no verbs_softroce test binary in /opt/ferrite/bin"
@@ -33,8 +48,8 @@ export FERRITE_VERBS_CLIENT_DEVICE="$SOFTROCE_DEV0"
 timeout 400 "$test_bin" --ignored --test-threads=1 --nocapture >/tmp/ferrite-verbs.out 2>&1
 rc=$?
 cat /tmp/ferrite-verbs.out
-p50=$(sed -n 's/^FERRITE_VERBS_GET_P50_US=//p' /tmp/ferrite-verbs.out | head -n 1)
-avg=$(sed -n 's/^FERRITE_VERBS_GET_AVG_US=//p' /tmp/ferrite-verbs.out | head -n 1)
+p50=$(sed -n 's/.*FERRITE_VERBS_GET_P50_US=//p' /tmp/ferrite-verbs.out | head -n 1)
+avg=$(sed -n 's/.*FERRITE_VERBS_GET_AVG_US=//p' /tmp/ferrite-verbs.out | head -n 1)
 if [ -n "$p50" ] && [ -n "$lat" ]; then
     ratio=$(awk -v a="$p50" -v b="$lat" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
     echo "ferrite-verbs: one-sided GET p50 ${p50} us (avg ${avg} us), ib_read_lat typical ${lat} us, ratio ${ratio} (target <= 2.5)"
