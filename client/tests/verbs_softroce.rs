@@ -6,6 +6,7 @@
 //! Environment (defaults are the guest's): `FERRITE_VERBS_PROVIDER`
 //! (`verbs=rxe1@192.0.2.2:7601`, the engine's provider entry) and
 //! `FERRITE_VERBS_CLIENT_DEVICE` (`rxe0`).
+#![cfg(feature = "rdma")]
 
 mod kv_support;
 
