@@ -362,7 +362,7 @@ impl RcQp {
             if n == 0 && Instant::now() > deadline {
                 self.state = QpState::Error;
                 return Err(ServerError::Fabric(format!(
-                    "{} RDMA READs not completed within {timeout:?}",
+                    "{} RDMA READs not completed within {timeout:?}; the engine may be gone or unreachable",
                     self.outstanding
                 )));
             }
