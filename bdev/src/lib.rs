@@ -41,6 +41,7 @@ pub mod pmem;
 #[cfg(feature = "spdk")]
 pub mod spdk;
 pub mod spec;
+pub mod spec_toml;
 pub mod uring;
 pub mod wrap;
 
@@ -51,6 +52,7 @@ use std::sync::Arc;
 pub use buf::{BufPool, IoBuf};
 pub use error::{BdevError, Result};
 pub use spec::{open, BdevSpec};
+pub use spec_toml::open_toml;
 
 /// The future every channel operation returns; completes when the device does.
 pub type IoFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
