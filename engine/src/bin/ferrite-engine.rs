@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Prints one `listen URL` line per listener, one `region ...` line per
-//! exported region and then `ready`, on stdout. SIGTERM or SIGINT makes it
+//! exported region, `jobs ADDR` for the job service, then `ready`, on
+//! stdout. SIGTERM or SIGINT makes it
 //! stop listening, flush and checkpoint every target, and exit 0.
 
 use std::path::PathBuf;
@@ -191,6 +192,7 @@ fn start_jobs(listen: &str, state_dir: PathBuf) -> Result<Option<JobService>, St
         ..JobServiceConfig::new(state_dir)
     })
     .map_err(|e| e.to_string())?;
-    println!("listen jobs tcp://{}", service.addr());
+    // Not a "listen URL" line: workers take the bare address.
+    println!("jobs {}", service.addr());
     Ok(Some(service))
 }
