@@ -95,24 +95,6 @@ async fn verify(store: &Store, model: &HashMap<u32, KeyState>, seed: u64) {
     }
 }
 
-/// Lets the other tasks of the queue run once.
-struct YieldNow(bool);
-
-impl std::future::Future for YieldNow {
-    type Output = ();
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if self.0 {
-            return std::task::Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    }
-}
-
 fn crash_case(seed: u64) {
     glommio::LocalExecutorBuilder::default()
         .spawn(move || async move {
@@ -148,7 +130,7 @@ fn crash_case(seed: u64) {
                     if crash.unflushed_writes() > 0 {
                         break;
                     }
-                    YieldNow(false).await;
+                    ferrite_xstream::yield_now().await;
                 }
             }
             eprintln!(

@@ -125,3 +125,24 @@ impl InFlight {
         self.slots.borrow().live
     }
 }
+
+/// Lets the other ready tasks of the current task queue run once, then
+/// resumes (one `Pending` with an immediate self-wake).
+pub async fn yield_now() {
+    struct YieldNow(bool);
+    impl std::future::Future for YieldNow {
+        type Output = ();
+        fn poll(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<()> {
+            if self.0 {
+                return std::task::Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    }
+    YieldNow(false).await
+}

@@ -105,7 +105,7 @@ pub use checks::{
     MIN_IO_MEMORY_BYTES, RING_OVERHEAD_BYTES,
 };
 pub use config::{ClassShares, TaskClass, XstreamConfig, XstreamId, DEFAULT_IO_MEMORY_BYTES};
-pub use context::{current, current_mesh, spawn};
+pub use context::{current, current_mesh, spawn, yield_now};
 pub use error::{Error, Result};
 pub use event::{Completion, Event, EventId, EventQueue};
 pub use graph::{

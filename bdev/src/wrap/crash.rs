@@ -19,7 +19,7 @@
 //! Memory use: one block of durable image per distinct block written, plus a
 //! copy of each unflushed write.
 
-use super::{forward_geometry, YieldNow};
+use super::forward_geometry;
 use crate::{Bdev, BdevError, BdevRef, Channel, IoBuf, IoFuture, Result};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -135,7 +135,7 @@ impl CrashBdev {
                 lock(&self.state).crashing = false;
                 return Err(self.error("crash: writes in flight did not complete in 10 s"));
             }
-            YieldNow::new().await;
+            ferrite_xstream::yield_now().await;
         }
         let bs = u64::from(self.inner.block_size());
         let (report, blocks) = {

@@ -68,27 +68,3 @@ macro_rules! forward_geometry {
     };
 }
 pub(crate) use forward_geometry;
-
-/// A future that yields once to the executor.
-pub(crate) struct YieldNow(bool);
-
-impl YieldNow {
-    pub(crate) fn new() -> Self {
-        Self(false)
-    }
-}
-
-impl std::future::Future for YieldNow {
-    type Output = ();
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if self.0 {
-            return std::task::Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    }
-}

@@ -59,3 +59,28 @@ pub(crate) fn client_err(what: impl Into<String>) -> impl FnOnce(ClientError) ->
     let what = what.into();
     move |source| FsError::Client { what, source }
 }
+
+/// A reply of the wrong kind to `op`: the engine's refusal, or a protocol
+/// error naming what came back.
+pub(crate) fn unexpected_reply(
+    what: impl Into<String>,
+    op: &'static str,
+    url: String,
+    reply: crate::client::Reply,
+) -> FsError {
+    let source = match reply {
+        crate::client::Reply::Error { code, message } => ClientError::Remote {
+            op,
+            status: code as u16,
+            message,
+        },
+        other => ClientError::Protocol {
+            url,
+            detail: format!("{op} answered with {other:?}"),
+        },
+    };
+    FsError::Client {
+        what: what.into(),
+        source,
+    }
+}

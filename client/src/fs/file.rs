@@ -2,7 +2,7 @@
 //! truncate.
 
 use super::entry::{now_ns, Entry};
-use super::error::{client_err, FsError, FsResult};
+use super::error::{client_err, unexpected_reply, FsError, FsResult};
 use super::Namespace;
 use crate::client::{Error as ClientError, Key, PunchScope, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,21 +81,7 @@ fn pieces(chunk: u64, offset: u64, len: usize) -> impl Iterator<Item = (u64, u64
 fn expect_version(what: &str, r: crate::client::Result<Reply>) -> FsResult<()> {
     match r {
         Ok(Reply::Version(_)) => Ok(()),
-        Ok(Reply::Error { code, message }) => Err(FsError::Client {
-            what: what.to_string(),
-            source: ClientError::Remote {
-                op: "extent write",
-                status: code as u16,
-                message,
-            },
-        }),
-        Ok(other) => Err(FsError::Client {
-            what: what.to_string(),
-            source: ClientError::Protocol {
-                url: String::new(),
-                detail: format!("extent write answered with {other:?}"),
-            },
-        }),
+        Ok(other) => Err(unexpected_reply(what, "extent write", String::new(), other)),
         Err(e) => Err(client_err(what)(e)),
     }
 }
@@ -156,13 +142,12 @@ impl Namespace {
                 }
                 Reply::Value(None) => out.fill(0),
                 other => {
-                    return Err(FsError::Client {
-                        what: fh.name.clone(),
-                        source: ClientError::Protocol {
-                            url: self.client.url(),
-                            detail: format!("extent read answered with {other:?}"),
-                        },
-                    })
+                    return Err(unexpected_reply(
+                        &fh.name,
+                        "extent read",
+                        self.client.url(),
+                        other,
+                    ))
                 }
             }
         }

@@ -24,7 +24,7 @@ pub use error::{FsError, FsResult};
 pub use file::FileHandle;
 
 use crate::client::{Client, Error as ClientError, Key, PunchScope, Reply, Request};
-use error::client_err;
+use error::{client_err, unexpected_reply};
 use std::sync::Arc;
 
 /// The root directory's object id.
@@ -238,13 +238,12 @@ impl Namespace {
             match r.map_err(client_err(format!("remove data of {name}")))? {
                 Reply::Version(_) => {}
                 other => {
-                    return Err(FsError::Client {
-                        what: format!("remove data of {name}"),
-                        source: ClientError::Protocol {
-                            url: self.client.url(),
-                            detail: format!("punch answered with {other:?}"),
-                        },
-                    })
+                    return Err(unexpected_reply(
+                        format!("remove data of {name}"),
+                        "punch",
+                        self.client.url(),
+                        other,
+                    ))
                 }
             }
         }
@@ -354,21 +353,12 @@ impl Namespace {
                     .collect(),
                 more,
             )),
-            Reply::Error { code, message } => Err(FsError::Client {
-                what: "readdir".into(),
-                source: ClientError::Remote {
-                    op: "list dkeys",
-                    status: code as u16,
-                    message,
-                },
-            }),
-            other => Err(FsError::Client {
-                what: "readdir".into(),
-                source: ClientError::Protocol {
-                    url: self.client.url(),
-                    detail: format!("list dkeys answered with {other:?}"),
-                },
-            }),
+            other => Err(unexpected_reply(
+                "readdir",
+                "list dkeys",
+                self.client.url(),
+                other,
+            )),
         }
     }
 

@@ -31,24 +31,6 @@ const SPACE_WAIT_ROUNDS: u32 = 20_000;
 /// budget before writing past it anyway.
 const CLEANER_WAIT_ROUNDS: u32 = 10_000;
 
-/// Lets the other ready tasks of the queue run once.
-struct YieldNow(bool);
-
-impl std::future::Future for YieldNow {
-    type Output = ();
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<()> {
-        if self.0 {
-            return std::task::Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    }
-}
-
 /// A record appended and not yet published.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pending {
@@ -317,7 +299,7 @@ impl Store {
             // Let the other ready tasks of this xstream append first, so
             // that they share this commit even on devices that complete
             // at once (malloc, pmem).
-            YieldNow(false).await;
+            ferrite_xstream::yield_now().await;
             let r = self.commit_once().await;
             self.committing.set(false);
             for w in self.waiters.borrow_mut().drain(..) {
