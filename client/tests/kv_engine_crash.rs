@@ -27,8 +27,19 @@ fn key(k: u64) -> Key {
 
 #[test]
 fn kill_gives_clear_errors_and_restart_keeps_acknowledged_writes() {
+    kill_and_restart(&[]);
+}
+
+/// `process` durability acknowledges before the flush: a killed engine
+/// still loses nothing it acknowledged (the kernel holds the bytes).
+#[test]
+fn kill_under_process_durability_keeps_acknowledged_writes() {
+    kill_and_restart(&["--durability", "process"]);
+}
+
+fn kill_and_restart(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    let mut engine = EngineProc::start(dir.path());
+    let mut engine = EngineProc::start_with(dir.path(), extra);
     let url = engine.unix.clone();
     let client = Arc::new(Client::connect(&url).unwrap());
     let acked: Arc<Mutex<HashMap<u64, u64>>> = Arc::new(Mutex::new(HashMap::new()));
@@ -74,7 +85,7 @@ fn kill_gives_clear_errors_and_restart_keeps_acknowledged_writes() {
     assert!(g.is_disconnect(), "GET after kill: {g}");
     assert!(client.put(&key(0), b"x").unwrap_err().is_disconnect());
 
-    let _engine = EngineProc::start(dir.path());
+    let _engine = EngineProc::start_with(dir.path(), extra);
     let fresh = Client::connect(&_engine.unix).unwrap();
     assert_ne!(
         fresh.incarnation(),

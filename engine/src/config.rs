@@ -5,6 +5,8 @@
 //! xstreams = 2                            # one target per xstream; default: every allowed core
 //! # cores = [2, 3]                        # pin to exactly these cores instead
 //! bdev = "uring:{dir}/target-{i}.bdev?size=1G"   # `{i}` = target index
+//! durability = "device"                  # ack after flush; "process": ack once written,
+//! flush_interval_ms = 1000                # flushed this often (process mode only)
 //!
 //! [listen]
 //! tcp = "127.0.0.1:7600"                  # "" disables TCP; non-loopback needs a token
@@ -40,6 +42,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::server::ServerError;
+use crate::store::Durability;
 
 /// Everything an engine needs to start. Build it in code, or read
 /// `engine.toml` with [`EngineConfig::from_toml_str`].
@@ -54,6 +57,12 @@ pub struct EngineConfig {
     pub cores: Option<Vec<usize>>,
     /// Bdev spec template: `{dir}` and `{i}` (target index) are substituted.
     pub bdev: String,
+    /// When updates are acknowledged: `device` (after the device flush;
+    /// survives power loss) or `process` (once written; survives the engine
+    /// being killed, flushed every `flush_interval_ms`).
+    pub durability: Durability,
+    /// Background flush period under `durability = "process"`.
+    pub flush_interval_ms: u64,
     pub listen: ListenConfig,
     pub fabric: FabricConfig,
     pub cache: CacheConfig,
@@ -133,6 +142,8 @@ impl Default for EngineConfig {
             xstreams: None,
             cores: None,
             bdev: "uring:{dir}/target-{i}.bdev?size=1G".into(),
+            durability: Durability::Device,
+            flush_interval_ms: 1000,
             listen: ListenConfig::default(),
             fabric: FabricConfig::default(),
             cache: CacheConfig::default(),
@@ -334,6 +345,8 @@ mod tests {
             data_dir = "/data"
             cores = [0]
             bdev = "malloc:64M"
+            durability = "process"
+            flush_interval_ms = 250
             [listen]
             tcp = "0.0.0.0:7600"
             unix = ""
@@ -349,6 +362,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.cache.ring_bytes, Size(8 << 20));
+        assert_eq!(c.durability, Durability::Process);
+        assert_eq!(c.flush_interval_ms, 250);
         assert_eq!(c.unix_path(), None);
         assert_eq!(c.token().unwrap(), Some(b"s3cret".to_vec()));
         assert!(!c.has_provider("shm"));
@@ -358,6 +373,8 @@ mod tests {
     #[test]
     fn bad_configs_are_refused() {
         assert!(EngineConfig::from_toml_str("nonsense = 1").is_err());
+        let e = EngineConfig::from_toml_str("durability = \"sometimes\"").unwrap_err();
+        assert!(e.to_string().contains("device"), "{e}");
         assert!(EngineConfig::from_toml_str("[cache]\nring_bytes = \"8Q\"").is_err());
         let remote = EngineConfig::from_toml_str("[listen]\ntcp = \"0.0.0.0:1\"").unwrap();
         assert!(remote.validate().is_err(), "non-loopback without a token");

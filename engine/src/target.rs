@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use ferrite_proto::rpc::{ErrorCode, Found, PunchScope, Reply, Request, TargetStat};
 
-use crate::store::{Condition, Conditional, Store, StoreConfig, StoreError, StoreRegions};
+use crate::store::{
+    Condition, Conditional, Durability, Store, StoreConfig, StoreError, StoreRegions,
+};
 
 /// Most keys one list request returns from one target.
 pub const LIST_LIMIT_MAX: usize = ferrite_proto::rpc::message::MAX_LIST_KEYS;
@@ -47,6 +49,10 @@ pub async fn open(index: u16, spec: &str, config: StoreConfig) -> Result<StoreRe
         closing: Cell::new(false),
     });
     glommio::spawn_local(checkpoint_loop(Rc::downgrade(&target))).detach();
+    if target.store.durability() == Durability::Process {
+        let interval = target.store.flush_interval();
+        glommio::spawn_local(Store::flush_loop(Rc::downgrade(&target.store), interval)).detach();
+    }
     TARGET.with(|t| *t.borrow_mut() = Some(target));
     Ok(regions)
 }
@@ -196,6 +202,7 @@ pub async fn handle(req: Request) -> Reply {
                 .await,
         ),
         Request::Stat => Reply::Stat(vec![t.stat()]),
+        Request::Sync => s.sync().await.map_or_else(store_error, |()| Reply::Synced),
         other => Reply::error(
             ErrorCode::InvalidArgument,
             format!("{:?} is not a target operation", other.kind()),

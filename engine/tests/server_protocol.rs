@@ -211,6 +211,33 @@ fn data_operations_over_tcp() {
     assert_eq!(engine.terminate(), Some(0));
 }
 
+fn unflushed(c: &mut RawClient) -> u64 {
+    let Reply::Stat(targets) = c.call(&Request::Stat).unwrap() else {
+        panic!("stat")
+    };
+    targets
+        .iter()
+        .flat_map(|t| t.counters.iter().filter(|(n, _)| n == "unflushed"))
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+#[test]
+fn sync_flushes_what_process_durability_acknowledged() {
+    let dir = temp_dir();
+    let args = ["--durability", "process", "--flush-interval-ms", "3600000"];
+    let engine = EngineProcess::start(dir.path(), &args);
+    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    for i in 0..16 {
+        update(&mut c, &key(i, "d", "a"), b"value");
+    }
+    assert!(unflushed(&mut c) > 0, "process durability flushed at once");
+    assert_eq!(c.call(&Request::Sync).unwrap(), Reply::Synced);
+    assert_eq!(unflushed(&mut c), 0, "sync left bytes unflushed");
+    drop(c);
+    assert_eq!(engine.terminate(), Some(0));
+}
+
 #[test]
 fn pipelined_requests_and_batches_are_answered_by_id() {
     let dir = temp_dir();

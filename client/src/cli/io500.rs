@@ -46,6 +46,11 @@ pub struct Args {
     /// Execution streams (targets) of the embedded engine. Default: one per allowed core.
     #[arg(long)]
     pub embedded_xstreams: Option<usize>,
+    /// When the embedded engine acknowledges updates: `process` (once written to its
+    /// device, flushed by fsync — what the posix backend gets from a local file system) or
+    /// `device` (after a device flush per group commit).
+    #[arg(long, value_enum, default_value_t = EmbeddedDurability::Process)]
+    pub embedded_durability: EmbeddedDurability,
     /// Client tasks (threads) per phase. Default: the number of CPUs.
     #[arg(long)]
     pub tasks: Option<usize>,
@@ -73,6 +78,13 @@ pub struct Args {
     /// Per-task cap on mdtest-hard files.
     #[arg(long)]
     pub mdtest_hard_max_files: Option<u64>,
+}
+
+/// `--embedded-durability` values (the engine's `durability` setting).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EmbeddedDurability {
+    Process,
+    Device,
 }
 
 fn config_from(args: &Args) -> Config {
@@ -117,16 +129,24 @@ fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
     let options = ferrite_client::client::ClientOptions::default();
     let size = args.embedded_bdev_size;
     let xstreams = args.embedded_xstreams;
+    let durability = match args.embedded_durability {
+        EmbeddedDurability::Process => ferrite_engine::store::Durability::Process,
+        EmbeddedDurability::Device => ferrite_engine::store::Durability::Device,
+    };
     let client = ferrite_client::embedded::connect_with(options, |config| {
         config.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={size}");
         config.xstreams = xstreams;
+        config.durability = durability;
     })
     .context("start an embedded engine")?;
     let targets = client.targets().len();
     let gib = size as f64 / (1u64 << 30) as f64;
     Ok((
         client,
-        format!("ferrite:embedded ({targets} targets, {gib:.1} GiB bdev each)"),
+        format!(
+            "ferrite:embedded ({targets} targets, {gib:.1} GiB bdev each, durability {})",
+            durability.as_str()
+        ),
     ))
 }
 

@@ -255,6 +255,7 @@ pub(crate) fn op_name(r: &Request) -> &'static str {
         Request::ExtentRead { .. } => "extent read",
         Request::Batch(_) => "batch",
         Request::Stat => "stat",
+        Request::Sync => "sync",
         Request::RegionRead { .. } => "region read",
     }
 }

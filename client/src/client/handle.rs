@@ -394,6 +394,13 @@ impl Client {
         Ok(out)
     }
 
+    /// Returns once every update acknowledged to anyone before the call
+    /// survives a power loss of the engine's devices (fsync for engines that
+    /// acknowledge at `process` durability; cheap on `device` durability).
+    pub fn sync(&self) -> Result<()> {
+        reply::synced(self.request(&Request::Sync)?)
+    }
+
     /// Targets, regions and counters of the engine and of this client.
     pub fn stat(&self) -> Result<EngineStat> {
         let target_counters = reply::stat(self.request(&Request::Stat)?)?;

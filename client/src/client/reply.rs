@@ -64,6 +64,13 @@ pub(crate) fn batch(r: Reply) -> Result<Vec<Reply>> {
     }
 }
 
+pub(crate) fn synced(r: Reply) -> Result<()> {
+    match r {
+        Reply::Synced => Ok(()),
+        other => Err(unexpected("sync", other)),
+    }
+}
+
 pub(crate) fn stat(r: Reply) -> Result<Vec<ferrite_proto::rpc::TargetStat>> {
     match r {
         Reply::Stat(v) => Ok(v),

@@ -154,6 +154,16 @@ impl Namespace {
         Ok(len)
     }
 
+    /// fsync: publishes the handle's size and makes every acknowledged
+    /// update survive a power loss of the engine (which matters when the
+    /// engine acknowledges at `process` durability).
+    pub fn fsync(&self, fh: &FileHandle) -> FsResult<()> {
+        self.publish(fh)?;
+        self.client
+            .sync()
+            .map_err(super::error::client_err(format!("fsync {}", fh.name)))
+    }
+
     /// Publishes what this handle wrote (size, mtime) so that every other
     /// client sees it. Called by `close`; callable on its own (fsync, flush).
     pub fn publish(&self, fh: &FileHandle) -> FsResult<()> {

@@ -121,9 +121,7 @@ impl Io500Backend for FerriteBackend {
     }
 
     fn sync(&self, file: &FileHandle) -> io::Result<()> {
-        // Every acknowledged write is already durable on the engine; make
-        // the size visible too.
-        self.ns.publish(file).map_err(FsError::into_io)
+        self.ns.fsync(file).map_err(FsError::into_io)
     }
 
     fn close(&self, file: FileHandle) -> io::Result<()> {

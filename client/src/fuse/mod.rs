@@ -146,6 +146,13 @@ impl FerriteFuse {
         Ok((ino, id, attr))
     }
 
+    fn fsync_handle(&self, fh: u64) -> Result<(), i32> {
+        match self.files.get(&fh) {
+            Some((_, h)) => self.ns.fsync(h).map_err(|e| e.errno()),
+            None => Err(libc::EBADF),
+        }
+    }
+
     fn publish(&self, fh: u64) -> Result<(), i32> {
         match self.files.get(&fh) {
             Some((_, h)) => self.ns.publish(h).map_err(|e| e.errno()),

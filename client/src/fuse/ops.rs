@@ -281,7 +281,7 @@ impl Filesystem for FerriteFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        tri!(reply, self.publish(fh));
+        tri!(reply, self.fsync_handle(fh));
         reply.ok();
     }
 

@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use ferrite_engine::config::{EngineConfig, Size};
 use ferrite_engine::jobs::{JobService, JobServiceConfig};
+use ferrite_engine::store::Durability;
 use ferrite_engine::Engine;
 
 #[derive(Debug, Parser)]
@@ -54,6 +55,14 @@ struct Args {
     /// Main-area buckets per target (power of two).
     #[arg(long)]
     buckets: Option<u64>,
+    /// When updates are acknowledged: `device` (after the device flush) or
+    /// `process` (once written to the device; survives the engine being
+    /// killed, not a power loss before the next background flush).
+    #[arg(long)]
+    durability: Option<String>,
+    /// Background flush period in ms under `--durability process`.
+    #[arg(long)]
+    flush_interval_ms: Option<u64>,
     /// Job service listen address (DAG jobs, resource manager); port 0
     /// picks one, "" disables. Workers connect here (`ferrite worker`).
     #[arg(long, default_value = "127.0.0.1:0")]
@@ -97,6 +106,13 @@ fn build_config(args: Args) -> Result<EngineConfig, String> {
     if let Some(b) = args.buckets {
         c.cache.buckets = b;
     }
+    if let Some(d) = args.durability {
+        c.durability = Durability::parse(&d)
+            .ok_or(format!("--durability {d:?}: expected device or process"))?;
+    }
+    if let Some(ms) = args.flush_interval_ms {
+        c.flush_interval_ms = ms;
+    }
     Ok(c)
 }
 
@@ -139,6 +155,7 @@ fn main() -> ExitCode {
     };
     let signals = block_signals();
     let jobs_dir = config.data_dir.join("jobs");
+    let durability = config.durability;
     let engine = match Engine::start(config) {
         Ok(e) => e,
         Err(e) => {
@@ -146,7 +163,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!("ferrite-engine: {} targets", engine.target_count());
+    println!(
+        "ferrite-engine: {} targets, durability {}",
+        engine.target_count(),
+        durability.as_str()
+    );
     for url in engine.urls() {
         println!("listen {url}");
     }

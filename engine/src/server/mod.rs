@@ -118,6 +118,8 @@ fn store_config(config: &EngineConfig, target: usize) -> StoreConfig {
         overflow_buckets: config.cache.overflow_buckets,
         ring_bytes: config.cache.ring_bytes.0,
         hugetlb: config.cache.hugetlb,
+        durability: config.durability,
+        flush_interval: std::time::Duration::from_millis(config.flush_interval_ms.max(1)),
         ..StoreConfig::default()
     }
 }

@@ -47,6 +47,14 @@ async fn execute_one(shared: &Arc<Shared>, req: Request) -> Reply {
             }
             Reply::Stat(all)
         }
+        Request::Sync => {
+            for reply in fan_out(shared, &Request::Sync).await {
+                if !matches!(reply, Reply::Synced) {
+                    return reply;
+                }
+            }
+            Reply::Synced
+        }
         Request::ListDkeys { limit, .. } => merge_keys(fan_out(shared, &req).await, limit as usize),
         Request::Punch {
             scope: PunchScope::Object,

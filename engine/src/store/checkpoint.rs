@@ -107,7 +107,7 @@ impl Store {
             .map_err(|e| StoreError::Invalid(format!("checkpoint lock: {e}")))?;
         self.check_writable()?;
         let unit = HEADER_UNIT_BYTES as usize;
-        let (header, buf) = {
+        let (header, buf, written) = {
             let log = self.log.borrow();
             let replay_start = log.pending.front().map_or(log.head, |p| p.addr);
             let mut body = Vec::new();
@@ -139,7 +139,7 @@ impl Store {
                 .map_err(|e| self.device_error("alloc", e))?;
             header.encode(&mut buf.as_mut_slice()[..unit]);
             buf.as_mut_slice()[unit..unit + body.len()].copy_from_slice(&body);
-            (header, buf)
+            (header, buf, log.durable)
         };
         let area = self.geo.checkpoint_area(header.generation);
         let len = buf.len() as u64;
@@ -151,6 +151,8 @@ impl Store {
             self.set_poison(format!("checkpoint flush: {e}"));
             return Err(self.device_error("flush", e));
         }
+        // The flush also made every log write completed before it stable.
+        self.note_flushed(written);
         self.checkpoint_generation.set(header.generation);
         {
             let mut log = self.log.borrow_mut();

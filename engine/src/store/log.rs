@@ -13,7 +13,7 @@
 //! `log_bytes` minus a reserve, so that recovery may zero `max_commit_bytes`
 //! past a cut without touching live records.
 
-use super::{Store, StoreError};
+use super::{Durability, Store, StoreError};
 use crate::store::error::Result;
 use ferrite_bdev::IoBuf;
 use ferrite_proto::key::RecordKey;
@@ -281,7 +281,8 @@ impl Store {
         log.pending_punches > 0 || log.pending_hashes.contains_key(&hash)
     }
 
-    /// Returns once every byte before `end` is durable and published,
+    /// Returns once every byte before `end` is durable (written, and flushed
+    /// under [`Durability::Device`]) and published,
     /// committing (as the leader) or waiting for the leader's commit.
     pub(crate) async fn wait_durable(&self, end: u64) -> Result<()> {
         loop {
@@ -353,9 +354,12 @@ impl Store {
                 return Err(self.device_error("log write", e));
             }
         };
-        if let Err(e) = self.chan.flush().await {
-            self.set_poison(format!("log flush: {e}"));
-            return Err(self.device_error("flush", e));
+        if self.config.durability == Durability::Device {
+            if let Err(e) = self.chan.flush().await {
+                self.set_poison(format!("log flush: {e}"));
+                return Err(self.device_error("flush", e));
+            }
+            self.note_flushed(end);
         }
         {
             let mut log = self.log.borrow_mut();

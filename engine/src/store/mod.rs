@@ -6,7 +6,9 @@
 //!
 //! An update appends a record (`ferrite_proto::record`) to the memory ring in
 //! the log [`Region`], writes it to the device log, shares one flush with the
-//! updates that arrived meanwhile (group commit), then — once durable —
+//! updates that arrived meanwhile (group commit; under [`Durability::Process`]
+//! the flush is left to [`Store::sync`], checkpoints and a background
+//! [`Store::flush_loop`]), then — once durable —
 //! publishes the key's bucket slot (`ferrite_proto::bucket`) and sets the
 //! superseded bit of the key's previous record, and only then returns. Clients
 //! read buckets and records one-sided out of the two regions ([`Store::regions`]).
@@ -56,12 +58,14 @@ mod format;
 mod log;
 mod ops;
 mod recover;
+mod sync;
 
 pub use checkpoint::CheckpointInfo;
 pub use cleaner::{CleanReport, CLEANER_SHARES};
 pub use error::{Result, StoreError};
 pub use format::Geometry;
 pub use ops::EXTENT_READ_MAX_BYTES;
+pub use sync::Durability;
 
 use crate::region::Region;
 use buckets::BucketTable;
@@ -95,6 +99,10 @@ pub struct StoreConfig {
     pub segment_bytes: u64,
     /// Back regions with 2 MiB huge pages.
     pub hugetlb: bool,
+    /// When updates are acknowledged.
+    pub durability: Durability,
+    /// Background flush period under [`Durability::Process`].
+    pub flush_interval: std::time::Duration,
 }
 
 impl Default for StoreConfig {
@@ -109,6 +117,8 @@ impl Default for StoreConfig {
             max_commit_bytes: 4 << 20,
             segment_bytes: 4 << 20,
             hugetlb: false,
+            durability: Durability::Device,
+            flush_interval: std::time::Duration::from_secs(1),
         }
     }
 }
@@ -188,6 +198,8 @@ pub struct StoreStats {
     pub log_capacity_bytes: u64,
     pub head: u64,
     pub durable: u64,
+    /// Log bytes written but not yet flushed ([`Durability::Process`]).
+    pub unflushed: u64,
     pub tail: u64,
     pub ring_bytes: u64,
     pub commits: u64,
@@ -241,6 +253,9 @@ pub struct Store {
     checkpoint_lock: glommio::sync::Semaphore,
     cleaner_stop: Cell<bool>,
     cleaner_active: Cell<bool>,
+    /// Every log byte before this is on stable media.
+    flushed_upto: Cell<u64>,
+    flush_lock: glommio::sync::Semaphore,
 }
 
 impl std::fmt::Debug for Store {
@@ -281,6 +296,7 @@ impl Store {
             log_capacity_bytes: self.geo.log_bytes,
             head: log.head,
             durable: log.durable,
+            unflushed: log.durable.saturating_sub(self.flushed_upto.get()),
             tail: log.tail,
             ring_bytes: self.geo.ring_bytes,
             commits: c.commits,

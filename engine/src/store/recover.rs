@@ -97,6 +97,8 @@ impl Store {
             checkpoint_lock: glommio::sync::Semaphore::new(1),
             cleaner_stop: Cell::new(false),
             cleaner_active: Cell::new(false),
+            flushed_upto: Cell::new(0),
+            flush_lock: glommio::sync::Semaphore::new(1),
         };
         if fresh {
             store.format().await?;
@@ -177,7 +179,9 @@ impl Store {
             // Replayed records at or after this address are in the ring.
             log.ring_valid_from = start.max(cut.saturating_sub(self.geo.ring_bytes));
         }
-        self.seal_cut(cut).await
+        self.seal_cut(cut).await?;
+        self.note_flushed(cut);
+        Ok(())
     }
 
     /// Replays records from `start`; returns the address of the first record

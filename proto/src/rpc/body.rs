@@ -61,6 +61,7 @@ impl Request {
             Self::ExtentRead { .. } => MessageType::ExtentRead,
             Self::Batch(_) => MessageType::Batch,
             Self::Stat => MessageType::Stat,
+            Self::Sync => MessageType::Sync,
             Self::RegionRead { .. } => MessageType::RegionRead,
         }
     }
@@ -127,7 +128,7 @@ impl Request {
                     put_item(out, item.kind(), |o| item.encode_body(o));
                 }
             }
-            Self::Stat => {}
+            Self::Stat | Self::Sync => {}
             Self::RegionRead {
                 region_id,
                 access_key,
@@ -225,6 +226,7 @@ impl Request {
                 Self::decode_from(k, r)
             })?),
             MessageType::Stat => Self::Stat,
+            MessageType::Sync => Self::Sync,
             MessageType::RegionRead => {
                 let region_id = r.u32()?;
                 if r.u32()? != 0 {
@@ -301,6 +303,7 @@ impl Reply {
             Self::Data(_) => MessageType::RegionRead,
             Self::Batch(_) => MessageType::Batch,
             Self::Stat(_) => MessageType::Stat,
+            Self::Synced => MessageType::Sync,
             Self::Error { .. } => MessageType::Error,
         }
     }
@@ -345,6 +348,7 @@ impl Reply {
                 }
             }
             Self::Stat(targets) => encode_stat(out, targets),
+            Self::Synced => {}
             Self::Error { code, message } => {
                 let message = utf8_prefix(message, MAX_MESSAGE_BYTES);
                 out.put_u16(*code as u16);
@@ -400,6 +404,7 @@ impl Reply {
                 Self::decode_from(k, r)
             })?),
             T::Stat => Self::Stat(decode_stat(r)?),
+            T::Sync => Self::Synced,
             T::Error => {
                 let code = ErrorCode::from_u16(r.u16()?);
                 let len = usize::from(r.u16()?);

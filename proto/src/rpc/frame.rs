@@ -50,12 +50,13 @@ pub enum MessageType {
     ExtentRead = 0x17,
     Batch = 0x18,
     Stat = 0x19,
+    Sync = 0x1a,
     RegionRead = 0x20,
     Error = 0x7f,
 }
 
 impl MessageType {
-    pub const ALL: [MessageType; 14] = [
+    pub const ALL: [MessageType; 15] = [
         Self::Hello,
         Self::Login,
         Self::Update,
@@ -68,6 +69,7 @@ impl MessageType {
         Self::ExtentRead,
         Self::Batch,
         Self::Stat,
+        Self::Sync,
         Self::RegionRead,
         Self::Error,
     ];

@@ -126,6 +126,9 @@ pub enum Request {
     /// Data operations, answered in order by a batch reply.
     Batch(Vec<Request>),
     Stat,
+    /// Make every acknowledged update of every target survive a power loss
+    /// (flush the devices of engines acknowledging at process durability).
+    Sync,
     /// One-sided read of `len` bytes at `offset` of a tcp-provider region.
     RegionRead {
         region_id: u32,
@@ -223,6 +226,8 @@ pub enum Reply {
     /// Reply to Batch: one reply per operation, in order.
     Batch(Vec<Reply>),
     Stat(Vec<TargetStat>),
+    /// Reply to Sync.
+    Synced,
     Error {
         code: ErrorCode,
         message: String,

@@ -79,6 +79,7 @@ fn request() -> impl Strategy<Value = Request> {
         data_request(),
         vec(data_request(), 0..8).prop_map(Request::Batch),
         Just(Request::Stat),
+        Just(Request::Sync),
         (any::<u32>(), any::<u64>(), any::<u64>(), 0u32..4096).prop_map(|(r, a, o, l)| {
             Request::RegionRead {
                 region_id: r,
@@ -142,6 +143,7 @@ fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
     prop_oneof![
         data_reply().prop_map(|r| (r.shape_kind(), r)),
         bytes(300).prop_map(|d| (MessageType::RegionRead, Reply::Data(d))),
+        Just((MessageType::Sync, Reply::Synced)),
         vec(data_reply(), 0..6).prop_map(|v| (MessageType::Batch, Reply::Batch(v))),
         welcome().prop_map(|w| (MessageType::Login, w)),
         (any::<u8>(), any::<[u8; 16]>()).prop_map(|(a, server_nonce)| (
