@@ -2,8 +2,10 @@
 //!
 //! N client threads share one [`Client`]; each keeps `--pipeline` requests
 //! in flight (PUTs and RPC GETs as one batch frame, or with `--frames` as
-//! separate pipelined frames; one-sided GETs are looked up together with
-//! prefetching). Keys are `key:{i:012}` (dkey; akey
+//! separate pipelined frames; one-sided GETs are looked up together: shm
+//! with prefetching, verbs with one doorbell per list of RDMA READs). With
+//! `--fabric verbs=...` the one-sided GETs are RDMA READs through the
+//! engine's verbs side channel. Keys are `key:{i:012}` (dkey; akey
 //! empty), uniformly random over `--keys`; values are `--value-size` bytes.
 //! GET and mix runs first load every key with batched PUTs.
 //!
@@ -60,6 +62,13 @@ pub struct BenchKvArgs {
     /// GETs by RPC only (no one-sided reads).
     #[arg(long)]
     pub no_one_sided: bool,
+    /// One-sided GETs over this fabric instead of the one the engine's
+    /// handshake offers: `verbs[=DEVICE[@HOST:PORT]]` (RDMA READ from the
+    /// local DEVICE through the engine's verbs side channel at HOST:PORT,
+    /// default the engine's host, port 7601; needs the `rdma` feature).
+    /// RPCs stay on --engine.
+    #[arg(long, conflicts_with = "no_one_sided", requires = "engine")]
+    pub fabric: Option<String>,
     /// Skip loading the keys (they are already there).
     #[arg(long)]
     pub no_load: bool,
@@ -187,12 +196,40 @@ fn connect(args: &BenchKvArgs) -> anyhow::Result<(Client, String)> {
         ..ClientOptions::default()
     };
     match &args.engine {
-        Some(url) => Ok((
-            Client::connect_with(url, opts).with_context(|| format!("connecting to {url}"))?,
-            url.clone(),
-        )),
+        Some(url) => {
+            let mut client = Client::connect_with(url, opts.clone())
+                .with_context(|| format!("connecting to {url}"))?;
+            if let Some(fabric) = &args.fabric {
+                client.set_one_sided_reader(Some(fabric_reader(url, fabric, &opts)?));
+            }
+            Ok((client, url.clone()))
+        }
         None => embedded(args, opts),
     }
+}
+
+/// The one-sided reader `--fabric` asks for.
+#[cfg(feature = "rdma")]
+fn fabric_reader(
+    url: &str,
+    fabric: &str,
+    opts: &ClientOptions,
+) -> anyhow::Result<crate::client::onesided::OneSidedReader> {
+    use crate::fabric::verbs::{one_sided_reader, VerbsFabricArg};
+    let arg = VerbsFabricArg::parse(fabric).ok_or_else(|| {
+        anyhow::anyhow!("--fabric {fabric:?}: expected verbs[=DEVICE[@HOST:PORT]]")
+    })??;
+    one_sided_reader(url, &arg, opts.bucket_cache, opts.retry)
+        .with_context(|| format!("--fabric {fabric}: connecting the verbs endpoint"))
+}
+
+#[cfg(not(feature = "rdma"))]
+fn fabric_reader(
+    _: &str,
+    fabric: &str,
+    _: &ClientOptions,
+) -> anyhow::Result<crate::client::onesided::OneSidedReader> {
+    anyhow::bail!("--fabric {fabric}: this ferrite was built without the `rdma` feature")
 }
 
 #[cfg(feature = "embedded")]
@@ -329,8 +366,9 @@ struct Batch {
     outs: Vec<Vec<u8>>,
 }
 
-/// Eight batches of `--pipeline` one-sided GETs with overlapped memory
-/// accesses; the first batch's time is recorded as each of its GETs'
+/// Eight batches of `--pipeline` one-sided GETs with overlapped accesses
+/// (shm: prefetched loads; verbs: one doorbell for the buckets, one for the
+/// records); the first batch's time is recorded as each of its GETs'
 /// latency. Returns (ops, errors).
 fn get_batches(
     client: &Client,
@@ -405,7 +443,9 @@ fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBoo
     let mut out = Vec::with_capacity(args.value_size + 256);
     let mut name = Vec::with_capacity(32);
     let depth = args.pipeline.max(1);
-    let one_sided_shm = client.one_sided_provider() == Some("shm");
+    // Providers whose one-sided GETs batch well: shm (prefetched loads) and
+    // verbs (one doorbell per list of reads).
+    let one_sided_local = matches!(client.one_sided_provider(), Some("shm" | "verbs"));
     let mut batch = Batch {
         names: vec![Vec::with_capacity(16); depth],
         outs: vec![Vec::with_capacity(args.value_size + 256); depth],
@@ -416,13 +456,13 @@ fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBoo
             Op::Put => false,
             Op::Mix => rng.next(10) != 0,
         };
-        if is_get && one_sided_shm && depth > 1 {
+        if is_get && one_sided_local && depth > 1 {
             let (g, e) = get_batches(client, args, &mut rng, &mut hist, &mut batch);
             ops += g;
             errors += e;
             continue;
         }
-        if is_get && (one_sided_shm || depth == 1) {
+        if is_get && (one_sided_local || depth == 1) {
             // Latency of every 8th GET: timing each would cost as much as
             // a one-sided GET itself.
             for i in 0..64 {

@@ -18,7 +18,9 @@ use ferrite_client::client::counters::Counters;
 use ferrite_client::client::onesided::{
     FallbackReason, Lookup, OneSidedReader, RetryPolicy, TargetRegions,
 };
+use ferrite_client::client::Result;
 use ferrite_client::fabric::shm::{memfd, ShmEndpoint, ShmMapping};
+use ferrite_client::fabric::{BatchRead, Endpoint};
 use ferrite_proto::bucket::{Bucket, Slot, BUCKET_BYTES, SLOTS_PER_BUCKET};
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
@@ -90,8 +92,40 @@ fn key(dkey: &[u8]) -> RecordKey<'_> {
     RecordKey::new(CONTAINER, OBJECT, dkey, b"a")
 }
 
+/// The shm endpoint seen as one whose reads are network round trips that
+/// batch (like verbs), so that `get_many_into` takes its batched path here;
+/// counts the lists it is given.
+struct Batching {
+    shm: ShmEndpoint,
+    lists: Arc<AtomicU64>,
+    longest: Arc<AtomicU64>,
+}
+
+impl Endpoint for Batching {
+    fn read(&self, r: &RegionDescriptor, off: u64, len: usize, buf: &mut [u8]) -> Result<()> {
+        self.shm.read(r, off, len, buf)
+    }
+    fn read_many(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
+        self.lists.fetch_add(1, Ordering::Relaxed);
+        self.longest
+            .fetch_max(reads.len() as u64, Ordering::Relaxed);
+        self.shm.read_many(reads)
+    }
+    fn batches_reads(&self) -> bool {
+        true
+    }
+    fn provider(&self) -> &'static str {
+        "shm-batching"
+    }
+}
+
 impl Store {
     fn new(main: u64, overflow: u64, ring: u64) -> (Self, OneSidedReader) {
+        let (store, ep, descs) = Self::with_endpoint(main, overflow, ring);
+        (store, reader(Box::new(ep), descs))
+    }
+
+    fn with_endpoint(main: u64, overflow: u64, ring: u64) -> (Self, ShmEndpoint, TargetRegions) {
         let total = main + overflow;
         let bfd = memfd("buckets", total * 64).unwrap();
         let lfd = memfd("log", ring).unwrap();
@@ -104,12 +138,6 @@ impl Store {
             .unwrap();
         ep.insert(&descs.log, ShmMapping::map(&lfd, ring).unwrap())
             .unwrap();
-        let policy = RetryPolicy {
-            budget: Duration::from_millis(50),
-            max_attempts: 1000,
-            absent_is_final: true,
-        };
-        let reader = OneSidedReader::new(Box::new(ep), vec![descs], 64, policy).unwrap();
         let store = Self {
             buckets: WMap::new(&bfd, (total * 64) as usize),
             log: WMap::new(&lfd, ring as usize),
@@ -124,7 +152,7 @@ impl Store {
         for i in 0..total {
             store.publish_bucket(&store.image[i as usize], i);
         }
-        (store, reader)
+        (store, ep, descs)
     }
 
     fn publish_bucket(&self, b: &Bucket, i: u64) {
@@ -212,6 +240,15 @@ impl Store {
         self.index.insert(dkey.to_vec(), (bi, si, addr, version));
         version
     }
+}
+
+fn reader(endpoint: Box<dyn Endpoint>, regions: TargetRegions) -> OneSidedReader {
+    let policy = RetryPolicy {
+        budget: Duration::from_millis(50),
+        max_attempts: 1000,
+        absent_is_final: true,
+    };
+    OneSidedReader::new(endpoint, vec![regions], 64, policy).unwrap()
 }
 
 fn desc(kind: RegionKind, id: u32, length: u64, param: u64) -> RegionDescriptor {
@@ -315,6 +352,56 @@ fn evicted_record_falls_back_and_corruption_never_returns_bytes() {
         "corrupt record gave {l:?}"
     );
     assert!(counters.snapshot().retries > 0);
+}
+
+#[test]
+fn batched_gets_read_lists_and_match_single_gets() {
+    // 4 main buckets, 40 keys: chains, collisions and absent keys; one key
+    // deleted, one overwritten.
+    let (mut store, shm, regions) = Store::with_endpoint(4, 32, 1 << 16);
+    let (lists, longest) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let ep = Batching {
+        shm,
+        lists: lists.clone(),
+        longest: longest.clone(),
+    };
+    let reader = reader(Box::new(ep), regions);
+    let counters = Counters::default();
+    for i in 0..40u32 {
+        store.write(
+            format!("k{i}").as_bytes(),
+            format!("value {i}").as_bytes(),
+            RecordFlags::empty(),
+        );
+    }
+    store.write(
+        b"k3",
+        b"",
+        RecordFlags::empty().with(RecordFlags::TOMBSTONE),
+    );
+    store.write(b"k4", b"newer", RecordFlags::empty());
+    let names: Vec<Vec<u8>> = (0..44u32).map(|i| format!("k{i}").into_bytes()).collect();
+    let keys: Vec<RecordKey<'_>> = names.iter().map(|n| key(n)).collect();
+    for round in 0..2 {
+        let mut outs = vec![Vec::new(); keys.len()];
+        let many = reader.get_many_into(&keys, &mut outs, &counters).unwrap();
+        for (i, name) in names.iter().enumerate() {
+            let (single, value) = get(&reader, &counters, name);
+            assert_eq!(many[i], single, "k{i}, round {round}");
+            if let Lookup::Found { .. } = single {
+                assert_eq!(outs[i], value, "k{i}, round {round}");
+            }
+        }
+        assert_eq!(many[3], Lookup::Absent);
+        assert_eq!(many[4], Lookup::Found { version: 2 });
+        assert_eq!(many[43], Lookup::Absent);
+    }
+    assert!(
+        lists.load(Ordering::Relaxed) >= 3,
+        "buckets, then records, per batch"
+    );
+    assert!(longest.load(Ordering::Relaxed) >= 4, "reads went as lists");
+    assert_eq!(counters.snapshot().fallbacks, 0);
 }
 
 /// Per key: (write start, ack) of each version, index = version - 1.

@@ -20,6 +20,15 @@ pub mod tcp;
 #[cfg(feature = "rdma")]
 pub mod verbs;
 
+/// One read of a list given to [`Endpoint::read_many`]: `buf.len()` bytes
+/// at `offset` of `region`.
+#[derive(Debug)]
+pub struct BatchRead<'a> {
+    pub region: &'a RegionDescriptor,
+    pub offset: u64,
+    pub buf: &'a mut [u8],
+}
+
 /// One-sided reads of an engine's registered regions.
 pub trait Endpoint: Send + Sync {
     /// Copies `len` bytes at `offset` of `region` into `buf[..len]`.
@@ -40,6 +49,24 @@ pub trait Endpoint: Send + Sync {
     /// Hints that `len` bytes at `offset` will be read soon (a CPU prefetch
     /// on shm; nothing where a read is a network round trip). Never fails.
     fn prefetch(&self, _region: &RegionDescriptor, _offset: u64, _len: usize) {}
+
+    /// Reads every entry of `reads`, which are independent of each other.
+    /// The default reads them one after another; an endpoint whose reads
+    /// are network round trips may post them together (verbs: one doorbell
+    /// per queue pair) and then says so in [`Endpoint::batches_reads`].
+    fn read_many(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
+        for r in reads.iter_mut() {
+            let len = r.buf.len();
+            self.read(r.region, r.offset, len, r.buf)?;
+        }
+        Ok(())
+    }
+
+    /// Whether [`Endpoint::read_many`] overlaps its reads (one round trip
+    /// for the list) rather than running them one by one.
+    fn batches_reads(&self) -> bool {
+        false
+    }
 
     /// Provider name, for `stat` and logs.
     fn provider(&self) -> &'static str;

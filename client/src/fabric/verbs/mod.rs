@@ -1,17 +1,24 @@
 //! The `verbs` endpoint (cargo feature `rdma`): one-sided reads with RDMA
-//! READ over an RC queue pair to one engine, into a registered local
-//! buffer, completions polled by the calling thread.
+//! READ over RC queue pairs to one engine, into registered local buffers,
+//! completions polled by the calling thread.
 //!
-//! [`VerbsEndpoint::connect`] opens the local device, creates the queue
-//! pair, trades queue pair info with the engine's verbs side channel (see
+//! [`VerbsEndpoint::connect`] opens the local device, creates a queue pair,
+//! trades queue pair info with the engine's verbs side channel (see
 //! `ferrite_engine::fabric::verbs`) and receives the verbs region
 //! descriptors; [`VerbsEndpoint::targets`] pairs them up for a
-//! `OneSidedReader`. One endpoint (queue pair) per client thread and
-//! engine: reads on one endpoint are serialised by a mutex.
+//! `OneSidedReader`.
 //!
-//! [`VerbsEndpoint::read_batch`] posts independent reads (e.g. the records
-//! behind several cached buckets) as one linked work-request list: one
-//! doorbell, one poll loop.
+//! Queue pairs are per (calling thread, target): a thread's first read of a
+//! target's regions connects one more queue pair (its own side-channel
+//! exchange, completion queue and registered buffer), so client threads
+//! never share a send queue, and a batch spanning targets rings one
+//! doorbell per target queue pair and polls them together. A thread that
+//! ends leaves its queue pairs until the endpoint is dropped.
+//!
+//! [`VerbsEndpoint::read_batch`] (also `Endpoint::read_many`) posts
+//! independent reads (e.g. the buckets, then the records, of a batch of
+//! GETs) as one linked work-request list per queue pair: one doorbell, one
+//! poll loop.
 //!
 //! ```no_run
 //! use ferrite_client::fabric::verbs::VerbsEndpoint;
@@ -21,8 +28,10 @@
 //! assert!(!targets.is_empty());
 //! ```
 
+use std::collections::HashMap;
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use ferrite_engine::fabric::verbs::{
@@ -32,23 +41,23 @@ use ferrite_proto::region::{RegionDescriptor, RegionKind};
 
 use crate::client::error::{Error, Result};
 use crate::client::onesided::{TargetRegions, RECORD_MAX_BYTES};
+pub use crate::fabric::BatchRead;
 use crate::fabric::{check_bounds, Endpoint};
 
-/// Bytes of the registered local buffer (the largest single read).
+mod reader;
+pub use reader::{one_sided_reader, VerbsFabricArg};
+
+/// Bytes of each queue pair's registered local buffer (the largest single
+/// read).
 pub const BUFFER_BYTES: usize = RECORD_MAX_BYTES.next_power_of_two();
 /// How long a read may wait for its completion (the queue pair's own
 /// retries end sooner when the engine is gone).
 const POLL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Queue pairs one endpoint keeps at most (threads × targets).
+pub const MAX_QUEUE_PAIRS: usize = 4096;
 
-/// One read of a batch.
-#[derive(Debug)]
-pub struct BatchRead<'a> {
-    pub region: &'a RegionDescriptor,
-    pub offset: u64,
-    pub buf: &'a mut [u8],
-}
-
-struct Inner {
+/// One connected queue pair with its registered landing buffer.
+struct Conn {
     qp: RcQp,
     // Declared after qp: the registration goes after the queue pair and
     // before the memory it covers.
@@ -57,10 +66,16 @@ struct Inner {
     _side: TcpStream,
 }
 
+type ConnRef = Arc<Mutex<Conn>>;
+
 /// RDMA READs of one engine's regions.
 pub struct VerbsEndpoint {
-    inner: Mutex<Inner>,
+    device: Arc<Device>,
+    side_addr: String,
     regions: Vec<RegionDescriptor>,
+    /// Queue pairs by (thread, target). Each is only ever locked by its own
+    /// thread; the mutex makes the endpoint `Sync`, it is never contended.
+    conns: Mutex<HashMap<(ThreadId, u16), ConnRef>>,
     url: String,
 }
 
@@ -69,6 +84,7 @@ impl std::fmt::Debug for VerbsEndpoint {
         f.debug_struct("VerbsEndpoint")
             .field("engine", &self.url)
             .field("regions", &self.regions.len())
+            .field("queue_pairs", &self.conns_map().len())
             .finish()
     }
 }
@@ -80,36 +96,66 @@ fn fabric_err(url: &str, e: impl std::fmt::Display) -> Error {
     }
 }
 
+fn lock(c: &ConnRef) -> MutexGuard<'_, Conn> {
+    c.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Creates a queue pair on `device`, connects it through the side channel
+/// at `side_addr` and registers its landing buffer; returns it with the
+/// engine's verbs region descriptors.
+fn open_conn(
+    device: &Arc<Device>,
+    side_addr: &str,
+    url: &str,
+) -> Result<(Conn, Vec<RegionDescriptor>)> {
+    let mut qp = RcQp::create(device.clone(), MAX_BATCH as u32).map_err(|e| fabric_err(url, e))?;
+    let mut side = TcpStream::connect(side_addr).map_err(|source| Error::Connect {
+        url: url.to_string(),
+        source,
+    })?;
+    let (remote, regions) =
+        exchange(&mut side, &qp.local_info()).map_err(|e| fabric_err(url, e))?;
+    qp.connect(&remote, false).map_err(|e| fabric_err(url, e))?;
+    let mut buf = vec![0u8; BUFFER_BYTES].into_boxed_slice();
+    // SAFETY: buf is owned by Conn next to mr, and Conn drops mr first.
+    let mr = unsafe {
+        MemoryRegion::register(
+            device.clone(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            ACCESS_LOCAL_WRITE,
+        )
+    }
+    .map_err(|e| fabric_err(url, e))?;
+    let conn = Conn {
+        qp,
+        mr,
+        buf,
+        _side: side,
+    };
+    Ok((conn, regions))
+}
+
 impl VerbsEndpoint {
     /// Connects to the verbs side channel at `side_addr` (`host:port`) from
-    /// the local device `selector` names.
+    /// the local device `selector` names. The first queue pair (this
+    /// thread's, for the first target) is connected here, so an unreachable
+    /// engine fails now.
     pub fn connect(side_addr: &str, selector: &DeviceSelector) -> Result<Self> {
         let url = format!("verbs://{side_addr}");
         let device = Arc::new(Device::open(selector).map_err(|e| fabric_err(&url, e))?);
-        let mut qp =
-            RcQp::create(device.clone(), MAX_BATCH as u32).map_err(|e| fabric_err(&url, e))?;
-        let mut side = TcpStream::connect(side_addr).map_err(|source| Error::Connect {
-            url: url.clone(),
-            source,
-        })?;
-        let (remote, regions) =
-            exchange(&mut side, &qp.local_info()).map_err(|e| fabric_err(&url, e))?;
-        qp.connect(&remote, false)
-            .map_err(|e| fabric_err(&url, e))?;
-        let mut buf = vec![0u8; BUFFER_BYTES].into_boxed_slice();
-        // SAFETY: buf is owned by Inner next to mr, and Inner drops mr first.
-        let mr = unsafe {
-            MemoryRegion::register(device, buf.as_mut_ptr(), buf.len(), ACCESS_LOCAL_WRITE)
-        }
-        .map_err(|e| fabric_err(&url, e))?;
+        let (conn, regions) = open_conn(&device, side_addr, &url)?;
+        let first_target = regions.iter().map(|d| d.target).min().unwrap_or(0);
+        let mut conns = HashMap::new();
+        conns.insert(
+            (std::thread::current().id(), first_target),
+            Arc::new(Mutex::new(conn)),
+        );
         Ok(Self {
-            inner: Mutex::new(Inner {
-                qp,
-                mr,
-                buf,
-                _side: side,
-            }),
+            device,
+            side_addr: side_addr.to_string(),
             regions,
+            conns: Mutex::new(conns),
             url,
         })
     }
@@ -124,54 +170,140 @@ impl VerbsEndpoint {
         pair_targets(&self.regions).map_err(|e| fabric_err(&self.url, e))
     }
 
-    /// Reads every entry of `reads` with one doorbell (at most
-    /// [`MAX_BATCH`] reads, [`BUFFER_BYTES`] in all).
-    pub fn read_batch(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
-        let total: usize = reads.iter().map(|r| r.buf.len()).sum();
-        if reads.len() > MAX_BATCH || total > BUFFER_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "verbs batch of {} reads, {total} bytes (at most {MAX_BATCH}, {BUFFER_BYTES})",
-                reads.len()
-            )));
+    /// Queue pairs connected so far (one per thread and target read).
+    pub fn queue_pairs(&self) -> usize {
+        self.conns_map().len()
+    }
+
+    fn conns_map(&self) -> MutexGuard<'_, HashMap<(ThreadId, u16), ConnRef>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This thread's queue pair to `target`, connected on first use.
+    fn conn(&self, target: u16) -> Result<ConnRef> {
+        let key = (std::thread::current().id(), target);
+        if let Some(c) = self.conns_map().get(&key) {
+            return Ok(c.clone());
         }
+        if self.conns_map().len() >= MAX_QUEUE_PAIRS {
+            return Err(fabric_err(
+                &self.url,
+                format!("{MAX_QUEUE_PAIRS} queue pairs open (threads x targets); no more"),
+            ));
+        }
+        // Connected without holding the map: other threads go on reading.
+        let (conn, regions) = open_conn(&self.device, &self.side_addr, &self.url)?;
+        if regions != self.regions {
+            return Err(fabric_err(
+                &self.url,
+                "the engine's regions changed since connect (engine restarted?)",
+            ));
+        }
+        let conn = Arc::new(Mutex::new(conn));
+        self.conns_map().insert(key, conn.clone());
+        Ok(conn)
+    }
+
+    /// Reads every entry of `reads` with one doorbell per target queue pair
+    /// (at most [`MAX_BATCH`] reads and [`BUFFER_BYTES`] per queue pair; a
+    /// longer list goes in rounds).
+    pub fn read_batch(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
         for r in reads.iter() {
             check_bounds(r.region, r.offset, r.buf.len(), r.buf.len())?;
+            if r.buf.len() > BUFFER_BYTES {
+                return Err(Error::InvalidArgument(format!(
+                    "verbs batch read of {} bytes (at most {BUFFER_BYTES})",
+                    r.buf.len()
+                )));
+            }
         }
-        if reads.is_empty() {
-            return Ok(());
+        // Reads by target, in list order.
+        let mut by_target: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, r) in reads.iter().enumerate() {
+            let t = r.region.target;
+            match by_target.iter_mut().find(|(x, _)| *x == t) {
+                Some((_, list)) => list.push(i),
+                None => by_target.push((t, vec![i])),
+            }
         }
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let inner = &mut *inner;
-        let base = inner.buf.as_mut_ptr() as u64;
-        let (lkey, mut at) = (inner.mr.lkey(), 0u64);
-        let wrs: Vec<ReadWr> = reads
-            .iter()
-            .map(|r| {
-                let w = ReadWr {
-                    local_addr: base + at,
-                    lkey,
-                    len: r.buf.len() as u32,
-                    remote_addr: r.region.remote_addr + r.offset,
-                    rkey: r.region.access_key as u32,
-                };
-                at += r.buf.len() as u64;
-                w
-            })
-            .collect();
-        let region_id = reads[0].region.region_id;
-        let failed = |e| Error::Region {
-            region_id,
-            reason: format!("RDMA READ from {}: {e}", self.url),
-        };
-        inner.qp.post_reads(&wrs).map_err(failed)?;
-        inner.qp.poll(POLL_TIMEOUT).map_err(failed)?;
-        let mut at = 0usize;
-        for r in reads.iter_mut() {
-            let n = r.buf.len();
-            r.buf.copy_from_slice(&inner.buf[at..at + n]);
-            at += n;
+        let conns = (by_target.iter())
+            .map(|(t, _)| self.conn(*t))
+            .collect::<Result<Vec<_>>>()?;
+        let mut next = vec![0usize; by_target.len()];
+        while next.iter().zip(&by_target).any(|(n, (_, l))| *n < l.len()) {
+            self.round(reads, &by_target, &conns, &mut next)?;
         }
         Ok(())
+    }
+
+    /// Posts the next chunk of every target's list, polls them all, copies
+    /// the bytes out; advances `next`.
+    fn round(
+        &self,
+        reads: &mut [BatchRead<'_>],
+        by_target: &[(u16, Vec<usize>)],
+        conns: &[ConnRef],
+        next: &mut [usize],
+    ) -> Result<()> {
+        let mut guards: Vec<MutexGuard<'_, Conn>> = conns.iter().map(lock).collect();
+        let mut chunks: Vec<&[usize]> = Vec::with_capacity(guards.len());
+        for ((g, (_, list)), n) in guards.iter_mut().zip(by_target).zip(next.iter_mut()) {
+            let (mut bytes, mut end) = (0usize, *n);
+            while end < list.len()
+                && end - *n < MAX_BATCH
+                && bytes + reads[list[end]].buf.len() <= BUFFER_BYTES
+            {
+                bytes += reads[list[end]].buf.len();
+                end += 1;
+            }
+            let chunk = &list[*n..end];
+            *n = end;
+            chunks.push(chunk);
+            if chunk.is_empty() {
+                continue;
+            }
+            let base = g.buf.as_mut_ptr() as u64;
+            let (lkey, mut at) = (g.mr.lkey(), 0u64);
+            let wrs: Vec<ReadWr> = (chunk.iter())
+                .map(|&i| {
+                    let r = &reads[i];
+                    let w = ReadWr {
+                        local_addr: base + at,
+                        lkey,
+                        len: r.buf.len() as u32,
+                        remote_addr: r.region.remote_addr + r.offset,
+                        rkey: r.region.access_key as u32,
+                    };
+                    at += r.buf.len() as u64;
+                    w
+                })
+                .collect();
+            let region_id = reads[chunk[0]].region.region_id;
+            g.qp.post_reads(&wrs)
+                .map_err(|e| self.read_failed(region_id, e))?;
+        }
+        for (g, chunk) in guards.iter_mut().zip(&chunks) {
+            let Some(&first) = chunk.first() else {
+                continue;
+            };
+            let region_id = reads[first].region.region_id;
+            g.qp.poll(POLL_TIMEOUT)
+                .map_err(|e| self.read_failed(region_id, e))?;
+            let mut at = 0usize;
+            for &i in chunk.iter() {
+                let n = reads[i].buf.len();
+                reads[i].buf.copy_from_slice(&g.buf[at..at + n]);
+                at += n;
+            }
+        }
+        Ok(())
+    }
+
+    fn read_failed(&self, region_id: u32, e: impl std::fmt::Display) -> Error {
+        Error::Region {
+            region_id,
+            reason: format!("RDMA READ from {}: {e}", self.url),
+        }
     }
 }
 
@@ -196,6 +328,14 @@ impl Endpoint for VerbsEndpoint {
             done += n;
         }
         Ok(())
+    }
+
+    fn read_many(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
+        self.read_batch(reads)
+    }
+
+    fn batches_reads(&self) -> bool {
+        true
     }
 
     fn provider(&self) -> &'static str {

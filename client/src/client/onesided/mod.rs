@@ -29,6 +29,8 @@ use crate::client::counters::{Counter, Counters};
 use crate::client::error::Result;
 use crate::fabric::Endpoint;
 
+mod batch;
+
 /// Longest record a slot may point to (header, two 4 KiB key parts, 1 MiB
 /// value, padding).
 pub const RECORD_MAX_BYTES: usize = HEADER_BYTES + 2 * 4096 + VALUE_MAX_BYTES + 8;
@@ -163,10 +165,13 @@ impl OneSidedReader {
         )
     }
 
-    /// Looks up many keys, overlapping their memory latency: prefetches
-    /// every main bucket, then every record the buckets point to, then runs
-    /// [`get_into`](Self::get_into) on each (whose loads now hit the CPU
-    /// cache). Same guarantees as `get_into`, key by key.
+    /// Looks up many keys, overlapping their latency. Over an endpoint
+    /// that batches reads (verbs) the main buckets go as one list of reads
+    /// and the records they point to as a second (see [`batch`]); otherwise
+    /// every main bucket, then every record the buckets point to, is
+    /// prefetched before [`get_into`](Self::get_into) runs on each (whose
+    /// loads now hit the CPU cache). Same guarantees as `get_into`, key by
+    /// key.
     pub fn get_many_into(
         &self,
         keys: &[RecordKey<'_>],
@@ -179,6 +184,9 @@ impl OneSidedReader {
                 keys.len(),
                 outs.len()
             )));
+        }
+        if self.endpoint.batches_reads() {
+            return self.get_many_batched(keys, outs, counters);
         }
         let located: Vec<_> = keys.iter().map(|k| self.locate(k)).collect();
         for &(regions, index, _) in &located {
@@ -356,46 +364,63 @@ impl OneSidedReader {
         slot: ferrite_proto::bucket::Slot,
         out: &mut Vec<u8>,
     ) -> Result<SlotCheck> {
-        let ring = regions.log.param;
-        let len = slot.length as usize;
-        let offset = slot.addr % ring;
-        if !(HEADER_BYTES..=RECORD_MAX_BYTES).contains(&len) || offset + len as u64 > ring {
+        let Some((offset, len)) = record_span(regions, slot) else {
             return Ok(SlotCheck::Stale);
-        }
+        };
         out.resize(len, 0);
         self.endpoint.read(&regions.log, offset, len, out)?;
-        let view = match RecordView::parse(out) {
-            Ok(v) => v,
-            Err(_) => return Ok(SlotCheck::Stale),
-        };
-        match view.verify_for(key, slot.addr) {
-            Ok(()) => {}
-            Err(FormatError::Mismatch("log address")) if view.addr() > slot.addr => {
-                return Ok(SlotCheck::Evicted)
-            }
-            Err(FormatError::Mismatch("container or object"))
-            | Err(FormatError::Mismatch("dkey or akey")) => return Ok(SlotCheck::OtherKey),
-            Err(_) => return Ok(SlotCheck::Stale),
-        }
-        if view.is_superseded() || view.version() as u16 != slot.version_low {
-            return Ok(SlotCheck::Stale);
-        }
-        let flags = view.flags();
-        if flags.has(RecordFlags::TOMBSTONE) {
-            return Ok(SlotCheck::Deleted);
-        }
-        if flags.0 & (RecordFlags::EXTENT | RecordFlags::PUNCH_DKEY | RecordFlags::PUNCH_OBJECT)
-            != 0
-        {
-            return Ok(SlotCheck::NotPlain);
-        }
-        let version = view.version();
-        let start = HEADER_BYTES + key.dkey.len() + key.akey.len();
-        let value_len = view.value().len();
-        out.copy_within(start..start + value_len, 0);
-        out.truncate(value_len);
-        Ok(SlotCheck::Value(version))
+        Ok(check_record(key, slot, out))
     }
+}
+
+/// Offset in the log region and length of the record `slot` points to, or
+/// `None` when the slot cannot point to a record in the ring.
+fn record_span(regions: &TargetRegions, slot: ferrite_proto::bucket::Slot) -> Option<(u64, usize)> {
+    let ring = regions.log.param;
+    let len = slot.length as usize;
+    let offset = slot.addr % ring;
+    if !(HEADER_BYTES..=RECORD_MAX_BYTES).contains(&len) || offset + len as u64 > ring {
+        return None;
+    }
+    Some((offset, len))
+}
+
+/// Checks the record bytes read for `slot` (in `out`); on `Value` leaves
+/// just the value in `out`.
+fn check_record(
+    key: &RecordKey<'_>,
+    slot: ferrite_proto::bucket::Slot,
+    out: &mut Vec<u8>,
+) -> SlotCheck {
+    let view = match RecordView::parse(out) {
+        Ok(v) => v,
+        Err(_) => return SlotCheck::Stale,
+    };
+    match view.verify_for(key, slot.addr) {
+        Ok(()) => {}
+        Err(FormatError::Mismatch("log address")) if view.addr() > slot.addr => {
+            return SlotCheck::Evicted
+        }
+        Err(FormatError::Mismatch("container or object"))
+        | Err(FormatError::Mismatch("dkey or akey")) => return SlotCheck::OtherKey,
+        Err(_) => return SlotCheck::Stale,
+    }
+    if view.is_superseded() || view.version() as u16 != slot.version_low {
+        return SlotCheck::Stale;
+    }
+    let flags = view.flags();
+    if flags.has(RecordFlags::TOMBSTONE) {
+        return SlotCheck::Deleted;
+    }
+    if flags.0 & (RecordFlags::EXTENT | RecordFlags::PUNCH_DKEY | RecordFlags::PUNCH_OBJECT) != 0 {
+        return SlotCheck::NotPlain;
+    }
+    let version = view.version();
+    let start = HEADER_BYTES + key.dkey.len() + key.akey.len();
+    let value_len = view.value().len();
+    out.copy_within(start..start + value_len, 0);
+    out.truncate(value_len);
+    SlotCheck::Value(version)
 }
 
 /// Where one walk starts and what the previous walk learned.
