@@ -10,10 +10,20 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long an engine may take to print `ready`.
+/// How long an engine may take to print `ready`, unless
+/// `FERRITE_ENGINE_START_TIMEOUT_S` says otherwise (the soft-RoCE guest,
+/// an emulated CPU on a loaded host, gives it minutes).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn start_timeout() -> Duration {
+    std::env::var("FERRITE_ENGINE_START_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(START_TIMEOUT, Duration::from_secs)
+}
 
 pub fn engine_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
@@ -87,12 +97,31 @@ impl EngineProc {
             }
         });
         let (mut tcp, mut unix) = (String::new(), String::new());
+        let (started, limit) = (Instant::now(), start_timeout());
+        let mut seen: Vec<String> = Vec::new();
         loop {
-            let line = match rx.recv_timeout(START_TIMEOUT) {
+            let left = limit.saturating_sub(started.elapsed());
+            let line = match rx.recv_timeout(left) {
                 Ok(l) => l,
                 Err(e) => {
-                    let _ = child.kill();
-                    panic!("ferrite-engine did not print ready: {e}");
+                    // Disconnected: stdout closed, the engine exited.
+                    let status = match e {
+                        mpsc::RecvTimeoutError::Timeout => {
+                            let _ = child.kill();
+                            "killed".to_string()
+                        }
+                        mpsc::RecvTimeoutError::Disconnected => "exited".to_string(),
+                    };
+                    let status = match child.wait() {
+                        Ok(s) => format!("{status}: {s}"),
+                        Err(e) => format!("{status}: wait failed: {e}"),
+                    };
+                    panic!(
+                        "ferrite-engine did not print ready within {:.1} s (limit {limit:?}, \
+                         FERRITE_ENGINE_START_TIMEOUT_S); {status}; its stdout so far: {seen:?} \
+                         (stderr above)",
+                        started.elapsed().as_secs_f64()
+                    );
                 }
             };
             if let Some(url) = line.strip_prefix("listen ") {
@@ -105,6 +134,7 @@ impl EngineProc {
             if line == "ready" {
                 break;
             }
+            seen.push(line);
         }
         Self {
             child: Some(child),
