@@ -114,9 +114,9 @@ impl Mesh {
     {
         let (tx, rx) = oneshot::channel();
         // A caller on another xstream of this mesh gets its answer through
-        // its own mailbox, so the wake of the waiting task is a local one:
-        // cross-thread wakes of glommio tasks were seen to get lost under
-        // load (glommio 0.9), while the pump recovers from those by itself.
+        // its own mailbox, so the wake of the waiting task is a local one.
+        // (The "lost cross-thread wakes" this once guarded against were
+        // glommio 0.9 parking with runnable queues; vendor/PATCHES.md.)
         let origin = self.origin().filter(|&o| o != xs);
         let mesh = self.clone();
         let message = task_message(class, move || {
