@@ -44,6 +44,16 @@ pub enum PersistMode {
     Msync,
 }
 
+impl PersistMode {
+    /// `map_sync` or `msync`, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PersistMode::CacheFlush => "map_sync",
+            PersistMode::Msync => "msync",
+        }
+    }
+}
+
 enum Mapping {
     /// `MAP_SYNC` mapping made by hand (memmap2 has no flag for it).
     Sync {

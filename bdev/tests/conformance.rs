@@ -261,6 +261,31 @@ fn pmem_tmpfs_and_uring_refuses_direct_there() {
     }
 }
 
+/// On a DAX file system (`FERRITE_DAX_DIR`, set by hack/dax in its qemu
+/// guest) the file is mapped with `MAP_SYNC` and the suite passes there;
+/// tmpfs (where present) is never DAX and persists with msync.
+#[test]
+fn pmem_maps_sync_exactly_on_dax() {
+    use ferrite_bdev::pmem::PersistMode;
+    fn on_dax(_: &std::path::Path) -> BdevRef {
+        let dir = std::env::var("FERRITE_DAX_DIR").unwrap();
+        open(&format!("pmem:{dir}/conformance?size=4M")).unwrap()
+    }
+    if std::env::var_os("FERRITE_DAX_DIR").is_some() {
+        let dev = on_dax(std::path::Path::new(""));
+        let mode = dev.as_pmem().unwrap().persist_mode();
+        assert_eq!(mode, PersistMode::CacheFlush, "no MAP_SYNC on DAX");
+        drop(dev);
+        suite(on_dax);
+    }
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        let dir = tempfile::tempdir_in(shm).unwrap();
+        let dev = open(&format!("pmem:{}?size=4M", dir.path().join("p").display())).unwrap();
+        assert_eq!(dev.as_pmem().unwrap().persist_mode(), PersistMode::Msync);
+    }
+}
+
 #[test]
 fn error_bdev_without_rules() {
     suite(|_| Arc::new(ErrorBdev::new(open("malloc:4M").unwrap(), 1)));

@@ -148,7 +148,9 @@ pub fn run_on(dev: BdevRef, config: &PerfConfig) -> Result<PerfReport, PerfError
         let stats = r?;
         streams.push(StreamReport::from_stats(i, cores[i], config.io_size, stats));
     }
-    Ok(PerfReport::new(config, streams))
+    let mut report = PerfReport::new(config, streams);
+    report.pmem_persist = dev.as_pmem().map(|p| p.persist_mode().name());
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -107,6 +107,9 @@ pub struct PerfReport {
     pub total: StreamReport,
     /// Failed operations plus verify mismatches, over all xstreams.
     pub errors: u64,
+    /// How a `pmem` device persists writes (`map_sync`: DAX with cache-line
+    /// flushes, `msync`: page cache); `None` for other backends.
+    pub pmem_persist: Option<&'static str>,
 }
 
 impl PerfReport {
@@ -139,12 +142,14 @@ impl PerfReport {
             streams,
             total,
             errors,
+            pmem_persist: None,
         }
     }
 
     /// One JSON object: `total.iops`, `total.mib_per_s`, `total.cpu_seconds`,
     /// `total.iops_per_core`,
-    /// `total.latency_us.{mean,p50,p99,p99_9,max}`, `errors`, `xstreams[]`.
+    /// `total.latency_us.{mean,p50,p99,p99_9,max}`, `errors`, `xstreams[]`,
+    /// `pmem_persist` (`map_sync`, `msync` or null).
     pub fn to_json(&self) -> Value {
         json!({
             "bdev": self.bdev,
@@ -155,6 +160,7 @@ impl PerfReport {
             "total": self.total.to_json(),
             "errors": self.errors,
             "first_error": self.total.first_error,
+            "pmem_persist": self.pmem_persist,
         })
     }
 
@@ -178,6 +184,9 @@ impl PerfReport {
         for s in self.streams.iter().chain(std::iter::once(&self.total)) {
             out.push_str(&s.text_row());
             out.push('\n');
+        }
+        if let Some(mode) = self.pmem_persist {
+            out.push_str(&format!("pmem persistence: {mode}\n"));
         }
         if let Some(e) = &self.total.first_error {
             out.push_str(&format!("first error: {e}\n"));
