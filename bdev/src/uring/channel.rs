@@ -359,6 +359,14 @@ impl Future for UringOp<'_> {
             if let Poll::Ready(r) = this.poll_ready(&mut state, cx) {
                 return Poll::Ready(r);
             }
+            // Pushed, not submitted: the poller submits on its next poll
+            // every entry pushed until then, in one system call (or this
+            // future becomes the poller and does so after the executor
+            // ran the other ready tasks).
+            if let Stage::InFlight { slot, .. } = this.stage {
+                state.park(slot, cx.waker());
+            }
+            return Poll::Pending;
         }
         let Stage::InFlight { op, offset, slot } = this.stage else {
             return Poll::Pending;

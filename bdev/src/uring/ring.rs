@@ -5,9 +5,11 @@
 //! the completion queue, which costs a load when nothing is there. Of the
 //! futures in flight exactly one, the *poller*, re-schedules itself after
 //! each look (it yields to the executor between polls); the others sleep
-//! until the poller reaps their completion and wakes them. Entries pushed in
-//! one executor turn are submitted together on the next poll. With nothing
-//! in flight no task is scheduled, so an idle channel costs no CPU.
+//! until the poller reaps their completion and wakes them. A future pushes
+//! its entry without submitting it: entries pushed in one executor turn (the
+//! futures the poller's last reap woke) go to the kernel together, in one
+//! system call, on the poller's next poll. With nothing in flight no task is
+//! scheduled, so an idle channel costs no CPU.
 //!
 //! A poller that found nothing [`SPIN_POLLS`] times in a row waits in the
 //! kernel for one completion, at most `park` (`park_us=`, default 50 µs),
@@ -261,7 +263,10 @@ impl RingState {
             None => self.poller = Some(slot),
             Some(p) if p == slot => {}
             Some(_) => {
-                self.slots[slot as usize].waker = Some(waker.clone());
+                let stored = &mut self.slots[slot as usize].waker;
+                if !stored.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                    *stored = Some(waker.clone());
+                }
                 return;
             }
         }
