@@ -3,8 +3,10 @@
 //! For each device (`malloc`, `pmem`, `uring`) and value size (64 B, 4 KiB,
 //! 1 MiB by default) on one xstream: durable updates/s with `--concurrency`
 //! tasks updating at once (group commit), fetches/s of resident records from
-//! one task, p50/p99 latency of both, and DRAM metadata bytes per key (bucket
-//! region and key directory). Then, per device, 4 KiB overwrites with the
+//! one task (one key per call, and 16 per `fetch_batch` call; per wall second
+//! and per CPU second of the xstream's thread), p50/p99 latency of both, and
+//! DRAM metadata bytes per key: the bucket region, the key directory's own
+//! count, and the heap growth (glibc `mallinfo2`, all arenas) over the load. Then, per device, 4 KiB overwrites with the
 //! cleaner idle and with the cleaner busy, to compare foreground latency.
 //!
 //! With `--json` each figure is one line
@@ -91,6 +93,8 @@ mod imp {
     /// Fetches timed one by one: every this many-th (clock reads cost as
     /// much as a resident fetch).
     const FETCH_SAMPLE_EVERY: u64 = 16;
+    /// Keys per `fetch_batch` call in the batched fetch figures.
+    const FETCH_BATCH: usize = 16;
 
     fn histogram() -> Histogram<u64> {
         Histogram::new_with_bounds(1, 600_000_000_000, 3)
@@ -215,17 +219,85 @@ mod imp {
         Ok((elapsed, h))
     }
 
-    /// Fetches `ops` keys from one task; returns (elapsed s, sampled
-    /// latency histogram in ns).
+    /// CPU seconds this thread has used (its per-core cost, whatever else
+    /// the machine runs).
+    fn thread_cpu_secs() -> f64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid clock id and a valid pointer to a timespec.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc != 0 {
+            return f64::NAN;
+        }
+        ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+    }
+
+    /// Bytes the C allocator has handed out and not taken back, over all
+    /// arenas (glibc `mallinfo2`); `None` elsewhere.
+    fn heap_in_use() -> Option<usize> {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        {
+            // SAFETY: mallinfo2 has no preconditions.
+            let m = unsafe { libc::mallinfo2() };
+            Some(m.uordblks + m.hblkhd)
+        }
+        #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+        None
+    }
+
+    /// Fetch run: ops, wall seconds, thread CPU seconds, sampled latency.
+    struct FetchRun {
+        ops: u64,
+        secs: f64,
+        cpu_secs: f64,
+        hist: Histogram<u64>,
+    }
+
+    /// Fetches `ops` keys from one task, `batch` at a time through
+    /// `fetch_batch` (1: one `fetch` each). Latency samples are per call.
     async fn fetch_many(
         s: &Store,
         keys: usize,
         size: usize,
         ops: u64,
-    ) -> anyhow::Result<(f64, Histogram<u64>)> {
+        batch: usize,
+    ) -> anyhow::Result<FetchRun> {
         let mut hist = histogram();
         let mut i = 0usize;
-        let start = Instant::now();
+        let (start, cpu0) = (Instant::now(), thread_cpu_secs());
+        if batch > 1 {
+            let mut names = vec![[0u8; 8]; batch];
+            let mut n = 0u64;
+            while n < ops {
+                for k in names.iter_mut() {
+                    i = (i + 7919) % keys;
+                    *k = key_bytes(i);
+                }
+                let ks: Vec<RecordKey<'_>> = names.iter().map(key).collect();
+                let timed = (n / batch as u64) % FETCH_SAMPLE_EVERY == 0;
+                let t0 = timed.then(Instant::now);
+                let got = s.fetch_batch(&ks).await;
+                if let Some(t0) = t0 {
+                    let _ = hist.record(t0.elapsed().as_nanos() as u64);
+                }
+                for r in got {
+                    match r? {
+                        Some((_, v)) if v.len() == size => {}
+                        other => anyhow::bail!("fetched {:?} bytes", other.map(|o| o.1.len())),
+                    }
+                }
+                n += batch as u64;
+            }
+            let (secs, cpu_secs) = (start.elapsed().as_secs_f64(), thread_cpu_secs() - cpu0);
+            return Ok(FetchRun {
+                ops: n,
+                secs,
+                cpu_secs,
+                hist,
+            });
+        }
         for n in 0..ops {
             i = (i + 7919) % keys;
             let k = key_bytes(i);
@@ -240,7 +312,13 @@ mod imp {
                 other => anyhow::bail!("key {i}: fetched {:?} bytes", other.map(|o| o.1.len())),
             }
         }
-        Ok((start.elapsed().as_secs_f64(), hist))
+        let (secs, cpu_secs) = (start.elapsed().as_secs_f64(), thread_cpu_secs() - cpu0);
+        Ok(FetchRun {
+            ops,
+            secs,
+            cpu_secs,
+            hist,
+        })
     }
 
     fn case(
@@ -266,8 +344,11 @@ mod imp {
             Box::new(async move {
                 let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
                 let s = Rc::new(Store::open(bdev, config(keys, ring)).await?);
+                let heap0 = heap_in_use();
                 let (secs, up) = update_all(&s, keys, size, concurrency, 1).await?;
-                let (fsecs, fh) = fetch_many(&s, keys, size, fetch_ops).await?;
+                let heap = heap_in_use().zip(heap0).map(|(a, b)| a.saturating_sub(b));
+                let one = fetch_many(&s, keys, size, fetch_ops, 1).await?;
+                let batched = fetch_many(&s, keys, size, fetch_ops, FETCH_BATCH).await?;
                 let st = s.stats();
                 let per_key = |b: usize| b as f64 / st.keys.max(1) as f64;
                 let f = |name: &str, unit: &'static str, v: f64| Figure {
@@ -275,13 +356,22 @@ mod imp {
                     unit,
                     ferrite: v,
                 };
-                Ok(vec![
+                let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
+                let mut out = vec![
                     f("update", "ops/s", keys as f64 / secs),
-                    f("update_p50", "us", up.value_at_quantile(0.5) as f64 / 1e3),
-                    f("update_p99", "us", up.value_at_quantile(0.99) as f64 / 1e3),
-                    f("fetch", "ops/s", fetch_ops as f64 / fsecs),
-                    f("fetch_p50", "us", fh.value_at_quantile(0.5) as f64 / 1e3),
-                    f("fetch_p99", "us", fh.value_at_quantile(0.99) as f64 / 1e3),
+                    f("update_p50", "us", q(&up, 0.5)),
+                    f("update_p99", "us", q(&up, 0.99)),
+                    f("fetch", "ops/s", one.ops as f64 / one.secs),
+                    f("fetch_per_cpu", "ops/cpu-s", one.ops as f64 / one.cpu_secs),
+                    f("fetch_p50", "us", q(&one.hist, 0.5)),
+                    f("fetch_p99", "us", q(&one.hist, 0.99)),
+                    f("fetch_batch16", "ops/s", batched.ops as f64 / batched.secs),
+                    f(
+                        "fetch_batch16_per_cpu",
+                        "ops/cpu-s",
+                        batched.ops as f64 / batched.cpu_secs,
+                    ),
+                    f("fetch_batch16_p50", "us", q(&batched.hist, 0.5)),
                     f(
                         "commits_per_update",
                         "ratio",
@@ -289,7 +379,11 @@ mod imp {
                     ),
                     f("bucket_bytes_per_key", "B", per_key(st.bucket_region_bytes)),
                     f("directory_bytes_per_key", "B", per_key(st.directory_bytes)),
-                ])
+                ];
+                if let Some(h) = heap {
+                    out.push(f("heap_bytes_per_key", "B", per_key(h)));
+                }
+                Ok(out)
             })
         })?;
         Ok(figures)

@@ -146,10 +146,10 @@ impl Store {
             rec_addr: addr,
             rec_len: len,
         };
-        let mut dir = self.dir.borrow_mut();
         let (hash, slot) = slot_for(&h.key, addr, len, h.version);
-        match dir.get_mut(obj, h.key.dkey, h.key.akey) {
-            Some(e) if e.extents.is_some() => {
+        let current = self.dir.borrow().get(obj, h.key.dkey, h.key.akey);
+        match current {
+            Some(mut e) if e.extents.is_some() => {
                 if origin.is_some_and(|o| !e.references(o)) {
                     return Ok(());
                 }
@@ -164,7 +164,7 @@ impl Store {
                 }
                 e.version = e.version.max(h.version);
                 let after = e.live_bytes();
-                drop(dir);
+                self.dir.borrow_mut().put(obj, h.key.dkey, h.key.akey, e);
                 self.live_bytes
                     .set((self.live_bytes.get() + after).saturating_sub(before));
                 if moves_slot {
@@ -185,8 +185,7 @@ impl Store {
                     len,
                     extents: Some(Box::new(map)),
                 };
-                dir.put(obj, h.key.dkey, h.key.akey, e);
-                drop(dir);
+                self.dir.borrow_mut().put(obj, h.key.dkey, h.key.akey, e);
                 let mut live = self.live_bytes.get() + u64::from(len);
                 match had {
                     Some((old_addr, old_live)) => {

@@ -23,6 +23,18 @@ pub struct SlotRef {
     pub slot: u8,
 }
 
+/// Hints the CPU to load the cache line at `p` (no-op where the target has
+/// no stable prefetch instruction).
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and reads nothing architecturally.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 pub struct BucketTable {
     region: Arc<Region>,
     main: u64,
@@ -85,6 +97,12 @@ impl BucketTable {
     fn store(&self, i: u32, b: &Bucket) {
         // SAFETY: in bounds, aligned, and this table is the single writer.
         unsafe { b.store_shared(self.ptr(i)) }
+    }
+
+    /// Asks the CPU to start loading the main bucket of `hash` (a hint: no
+    /// effect on results).
+    pub fn prefetch_home(&self, hash: u64) {
+        prefetch(self.ptr(self.home(hash)));
     }
 
     /// The main bucket of a key hash.

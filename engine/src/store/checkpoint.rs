@@ -112,9 +112,7 @@ impl Store {
             let replay_start = log.pending.front().map_or(log.head, |p| p.addr);
             let mut body = Vec::new();
             let dir = self.dir.borrow();
-            for (obj, d, a, e) in dir.iter() {
-                encode_entry(&mut body, obj, d, a, e);
-            }
+            dir.for_each(|obj, d, a, e| encode_entry(&mut body, obj, d, a, e));
             let have = self.geo.checkpoint_bytes - HEADER_UNIT_BYTES;
             if body.len() as u64 > have {
                 return Err(StoreError::CheckpointTooLarge {

@@ -6,8 +6,8 @@
 //! extent map here: non-overlapping pieces, each naming the record that holds
 //! the newest bytes of its range.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 /// (container, object)
 pub type ObjectId = (u64, u128);
@@ -107,14 +107,233 @@ pub fn pieces_in(map: &ExtentMap, start: u64, end: u64) -> Vec<(u64, Piece)> {
         .collect()
 }
 
-type Akeys = BTreeMap<Box<[u8]>, Entry>;
-type Dkeys = BTreeMap<Box<[u8]>, Akeys>;
 /// A removed key: dkey, akey, entry.
 pub type Removed = (Box<[u8]>, Box<[u8]>, Entry);
 
+/// Bytes of the object part of a composite key: container and object, big
+/// endian, so that byte order is numeric order.
+const OBJ_BYTES: usize = 24;
+/// Version (8), record address (6: log addresses are 48-bit), length (4).
+const FIXED_BYTES: usize = 18;
+/// Extent piece: start (8), end (8), record address (6), record length (4).
+const PIECE_BYTES: usize = 26;
+/// A block is split in two once it grows past this many bytes.
+const BLOCK_MAX_BYTES: usize = 1024;
+const ADDR_LIMIT: u64 = 1 << 48;
+
+fn put_varint(out: &mut Vec<u8>, mut v: usize) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], pos: &mut usize) -> usize {
+    let mut v = 0usize;
+    let mut shift = 0;
+    loop {
+        let byte = b[*pos];
+        *pos += 1;
+        v |= usize::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return v;
+        }
+        shift += 7;
+    }
+}
+
+fn put_addr(out: &mut Vec<u8>, addr: u64) {
+    assert!(addr < ADDR_LIMIT, "log address {addr} exceeds 48 bits");
+    out.extend_from_slice(&addr.to_le_bytes()[..6]);
+}
+
+fn le(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..b.len()].copy_from_slice(b);
+    u64::from_le_bytes(w)
+}
+
+/// An entry's value part: version, record pointer, extent pieces.
+fn encode_tail(out: &mut Vec<u8>, e: &Entry) {
+    out.extend_from_slice(&e.version.to_le_bytes());
+    put_addr(out, e.addr);
+    out.extend_from_slice(&e.len.to_le_bytes());
+    match &e.extents {
+        None => put_varint(out, 0),
+        Some(m) => {
+            put_varint(out, m.len() + 1);
+            for (start, p) in m.iter() {
+                out.extend_from_slice(&start.to_le_bytes());
+                out.extend_from_slice(&p.end.to_le_bytes());
+                put_addr(out, p.rec_addr);
+                out.extend_from_slice(&p.rec_len.to_le_bytes());
+            }
+        }
+    }
+}
+
+fn decode_tail(b: &[u8]) -> Entry {
+    let mut pos = FIXED_BYTES;
+    let pieces = get_varint(b, &mut pos);
+    let extents = (pieces > 0).then(|| {
+        let mut m = ExtentMap::new();
+        for p in b[pos..].chunks_exact(PIECE_BYTES).take(pieces - 1) {
+            let piece = Piece {
+                end: le(&p[8..16]),
+                rec_addr: le(&p[16..22]),
+                rec_len: le(&p[22..26]) as u32,
+            };
+            m.insert(le(&p[..8]), piece);
+        }
+        Box::new(m)
+    });
+    Entry {
+        version: le(&b[..8]),
+        addr: le(&b[8..14]),
+        len: le(&b[14..18]) as u32,
+        extents,
+    }
+}
+
+/// A key as the directory orders it: object, then dkey, then akey.
+#[derive(Clone, Copy)]
+struct Key<'a> {
+    obj: [u8; OBJ_BYTES],
+    dkey: &'a [u8],
+    akey: &'a [u8],
+}
+
+impl<'a> Key<'a> {
+    fn new(obj: ObjectId, dkey: &'a [u8], akey: &'a [u8]) -> Self {
+        let mut o = [0u8; OBJ_BYTES];
+        o[..8].copy_from_slice(&obj.0.to_be_bytes());
+        o[8..].copy_from_slice(&obj.1.to_be_bytes());
+        Self { obj: o, dkey, akey }
+    }
+
+    /// The composite bytes `object ‖ dkey ‖ akey` and the dkey length.
+    fn composite(&self) -> (Vec<u8>, usize) {
+        let mut c = Vec::with_capacity(OBJ_BYTES + self.dkey.len() + self.akey.len());
+        c.extend_from_slice(&self.obj);
+        c.extend_from_slice(self.dkey);
+        c.extend_from_slice(self.akey);
+        (c, self.dkey.len())
+    }
+
+    /// Orders this key against a stored composite key.
+    fn cmp_stored(&self, c: &[u8], dkey_len: usize) -> Ordering {
+        let d = OBJ_BYTES + dkey_len;
+        self.obj[..]
+            .cmp(&c[..OBJ_BYTES])
+            .then_with(|| self.dkey.cmp(&c[OBJ_BYTES..d]))
+            .then_with(|| self.akey.cmp(&c[d..]))
+    }
+}
+
+fn object_of(c: &[u8]) -> ObjectId {
+    let mut container = [0u8; 8];
+    let mut object = [0u8; 16];
+    container.copy_from_slice(&c[..8]);
+    object.copy_from_slice(&c[8..OBJ_BYTES]);
+    (u64::from_be_bytes(container), u128::from_be_bytes(object))
+}
+
+/// Appends one entry, front-coded against the previous composite key.
+fn encode_entry(out: &mut Vec<u8>, prev: &[u8], key: &[u8], dkey_len: usize, tail: &[u8]) {
+    let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
+    put_varint(out, shared);
+    put_varint(out, key.len() - shared);
+    put_varint(out, dkey_len);
+    out.extend_from_slice(&key[shared..]);
+    out.extend_from_slice(tail);
+}
+
+/// Where one entry sits in its block.
+#[derive(Debug, Clone, Copy)]
+struct Raw {
+    start: usize,
+    tail: usize,
+    end: usize,
+    dkey_len: usize,
+}
+
+/// Walks a block's entries in order, rebuilding each composite key.
+struct Scan<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    key: Vec<u8>,
+}
+
+impl<'a> Scan<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            pos: 0,
+            key: Vec::with_capacity(64),
+        }
+    }
+
+    fn next_entry(&mut self) -> Option<Raw> {
+        let b = self.bytes;
+        if self.pos >= b.len() {
+            return None;
+        }
+        let start = self.pos;
+        let mut p = start;
+        let shared = get_varint(b, &mut p);
+        let suffix = get_varint(b, &mut p);
+        let dkey_len = get_varint(b, &mut p);
+        self.key.truncate(shared);
+        self.key.extend_from_slice(&b[p..p + suffix]);
+        let tail = p + suffix;
+        let mut q = tail + FIXED_BYTES;
+        let pieces = get_varint(b, &mut q);
+        let end = q + pieces.saturating_sub(1) * PIECE_BYTES;
+        self.pos = end;
+        Some(Raw {
+            start,
+            tail,
+            end,
+            dkey_len,
+        })
+    }
+}
+
+/// The first key of a block (stored whole: it shares nothing).
+fn first_key(b: &[u8]) -> (&[u8], usize) {
+    let mut p = 0;
+    let _shared = get_varint(b, &mut p);
+    let len = get_varint(b, &mut p);
+    let dkey_len = get_varint(b, &mut p);
+    (&b[p..p + len], dkey_len)
+}
+
+/// Where a key is, or would go, in its block.
+struct Seek {
+    block: usize,
+    /// Composite key of the entry before the position (empty at a block's
+    /// start).
+    prev: Vec<u8>,
+    /// The first entry at or after the key, its composite key, and whether
+    /// it is the key itself.
+    at: Option<(Raw, Vec<u8>, bool)>,
+}
+
+/// The key directory: every live key in sorted order, packed.
+///
+/// Entries live in blocks of about a kilobyte, each a byte string of
+/// entries in key order, front-coded: `shared` (varint: bytes shared with
+/// the previous entry's composite key `object ‖ dkey ‖ akey`, 0 for a
+/// block's first entry), `suffix_len` (varint), `dkey_len` (varint), the
+/// suffix, then version (u64), record address (48 bits), record length
+/// (u32), and `pieces` (varint: 0 for a single value, n + 1 for a byte array
+/// of n extent pieces of 26 bytes each). Blocks are kept in a sorted vector
+/// and found by binary search on their first keys. No per-key allocation:
+/// a key costs its front-coded suffix plus about 22 bytes.
 #[derive(Default)]
 pub struct Directory {
-    objects: BTreeMap<ObjectId, Dkeys>,
+    blocks: Vec<Box<[u8]>>,
     keys: usize,
 }
 
@@ -123,96 +342,228 @@ impl Directory {
         self.keys
     }
 
-    pub fn get(&self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<&Entry> {
-        self.objects.get(&obj)?.get(dkey)?.get(akey)
+    /// Index of the block that holds (or would hold) `k`.
+    fn block_for(&self, k: &Key<'_>) -> usize {
+        let after = self.blocks.partition_point(|b| {
+            let (c, dl) = first_key(b);
+            k.cmp_stored(c, dl) != Ordering::Less
+        });
+        after.saturating_sub(1)
     }
 
-    pub fn get_mut(&mut self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<&mut Entry> {
-        self.objects.get_mut(&obj)?.get_mut(dkey)?.get_mut(akey)
+    fn seek(&self, k: &Key<'_>) -> Seek {
+        let block = self.block_for(k);
+        let mut prev = Vec::new();
+        let Some(bytes) = self.blocks.get(block) else {
+            return Seek {
+                block,
+                prev,
+                at: None,
+            };
+        };
+        let mut scan = Scan::new(bytes);
+        while let Some(raw) = scan.next_entry() {
+            match k.cmp_stored(&scan.key, raw.dkey_len) {
+                Ordering::Greater => {
+                    prev.clear();
+                    prev.extend_from_slice(&scan.key);
+                }
+                o => {
+                    return Seek {
+                        block,
+                        prev,
+                        at: Some((raw, scan.key, o == Ordering::Equal)),
+                    }
+                }
+            }
+        }
+        Seek {
+            block,
+            prev,
+            at: None,
+        }
+    }
+
+    pub fn get(&self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<Entry> {
+        let s = self.seek(&Key::new(obj, dkey, akey));
+        match s.at {
+            Some((raw, _, true)) => Some(decode_tail(&self.blocks[s.block][raw.tail..raw.end])),
+            _ => None,
+        }
     }
 
     /// Inserts or replaces; returns the previous entry.
     pub fn put(&mut self, obj: ObjectId, dkey: &[u8], akey: &[u8], e: Entry) -> Option<Entry> {
-        let dk = self.objects.entry(obj).or_default();
-        let ak = match dk.get_mut(dkey) {
-            Some(a) => a,
-            None => dk.entry(dkey.into()).or_default(),
-        };
-        let old = match ak.get_mut(akey) {
-            Some(slot) => Some(std::mem::replace(slot, e)),
-            None => {
-                ak.insert(akey.into(), e);
-                None
-            }
-        };
-        if old.is_none() {
+        let k = Key::new(obj, dkey, akey);
+        let mut tail = Vec::with_capacity(FIXED_BYTES + 1);
+        encode_tail(&mut tail, &e);
+        if self.blocks.is_empty() {
+            let (c, dl) = k.composite();
+            let mut b = Vec::new();
+            encode_entry(&mut b, &[], &c, dl, &tail);
+            self.blocks.push(b.into_boxed_slice());
             self.keys += 1;
+            return None;
         }
-        old
+        let s = self.seek(&k);
+        let bytes = &self.blocks[s.block];
+        if let Some((raw, _, true)) = &s.at {
+            let old = decode_tail(&bytes[raw.tail..raw.end]);
+            if raw.end - raw.tail == tail.len() {
+                self.blocks[s.block][raw.tail..raw.end].copy_from_slice(&tail);
+            } else {
+                let mut b = Vec::with_capacity(bytes.len() + tail.len());
+                b.extend_from_slice(&bytes[..raw.tail]);
+                b.extend_from_slice(&tail);
+                b.extend_from_slice(&bytes[raw.end..]);
+                self.replace_block(s.block, b);
+            }
+            return Some(old);
+        }
+        let (c, dl) = k.composite();
+        let mut b = Vec::with_capacity(bytes.len() + c.len() + tail.len() + 8);
+        match &s.at {
+            Some((next, next_key, _)) => {
+                b.extend_from_slice(&bytes[..next.start]);
+                encode_entry(&mut b, &s.prev, &c, dl, &tail);
+                let next_tail = &bytes[next.tail..next.end];
+                encode_entry(&mut b, &c, next_key, next.dkey_len, next_tail);
+                b.extend_from_slice(&bytes[next.end..]);
+            }
+            None => {
+                b.extend_from_slice(bytes);
+                encode_entry(&mut b, &s.prev, &c, dl, &tail);
+            }
+        }
+        self.replace_block(s.block, b);
+        self.keys += 1;
+        None
+    }
+
+    /// Stores a rebuilt block, splitting it when it grew too large and
+    /// dropping it when empty.
+    fn replace_block(&mut self, i: usize, b: Vec<u8>) {
+        if b.is_empty() {
+            self.blocks.remove(i);
+            return;
+        }
+        if b.len() <= BLOCK_MAX_BYTES {
+            self.blocks[i] = b.into_boxed_slice();
+            return;
+        }
+        let mut scan = Scan::new(&b);
+        let _first = scan.next_entry();
+        while let Some(raw) = scan.next_entry() {
+            if raw.start >= b.len() / 2 || raw.end == b.len() {
+                let mut second = Vec::with_capacity(b.len() - raw.start + scan.key.len());
+                encode_entry(
+                    &mut second,
+                    &[],
+                    &scan.key,
+                    raw.dkey_len,
+                    &b[raw.tail..raw.end],
+                );
+                second.extend_from_slice(&b[raw.end..]);
+                self.blocks[i] = b[..raw.start].into();
+                self.blocks.insert(i + 1, second.into_boxed_slice());
+                return;
+            }
+        }
+        // One entry larger than a block: it stays alone.
+        self.blocks[i] = b.into_boxed_slice();
     }
 
     pub fn remove(&mut self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<Entry> {
-        let dk = self.objects.get_mut(&obj)?;
-        let ak = dk.get_mut(dkey)?;
-        let e = ak.remove(akey)?;
-        if ak.is_empty() {
-            dk.remove(dkey);
+        let s = self.seek(&Key::new(obj, dkey, akey));
+        let Some((raw, key, true)) = s.at else {
+            return None;
+        };
+        let bytes = &self.blocks[s.block];
+        let old = decode_tail(&bytes[raw.tail..raw.end]);
+        let mut scan = Scan {
+            bytes,
+            pos: raw.end,
+            key,
+        };
+        let mut b = Vec::with_capacity(bytes.len());
+        b.extend_from_slice(&bytes[..raw.start]);
+        if let Some(next) = scan.next_entry() {
+            let next_tail = &bytes[next.tail..next.end];
+            encode_entry(&mut b, &s.prev, &scan.key, next.dkey_len, next_tail);
+            b.extend_from_slice(&bytes[next.end..]);
         }
-        if dk.is_empty() {
-            self.objects.remove(&obj);
-        }
+        self.replace_block(s.block, b);
         self.keys -= 1;
-        Some(e)
+        Some(old)
+    }
+
+    /// Calls `visit(object, dkey, akey, tail bytes)` on every entry from
+    /// `from` on, in order, while it returns `true`.
+    fn walk(&self, from: &Key<'_>, mut visit: impl FnMut(ObjectId, &[u8], &[u8], &[u8]) -> bool) {
+        let first = self.block_for(from);
+        for bytes in self.blocks.iter().skip(first) {
+            let mut scan = Scan::new(bytes);
+            while let Some(raw) = scan.next_entry() {
+                let c = &scan.key;
+                if from.cmp_stored(c, raw.dkey_len) == Ordering::Greater {
+                    continue;
+                }
+                let d = OBJ_BYTES + raw.dkey_len;
+                let tail = &bytes[raw.tail..raw.end];
+                if !visit(object_of(c), &c[OBJ_BYTES..d], &c[d..], tail) {
+                    return;
+                }
+            }
+        }
     }
 
     /// Removes every akey of a dkey: `(akey, entry)` pairs.
     pub fn remove_dkey(&mut self, obj: ObjectId, dkey: &[u8]) -> Vec<(Box<[u8]>, Entry)> {
-        let Some(dk) = self.objects.get_mut(&obj) else {
-            return Vec::new();
-        };
-        let out: Vec<_> = dk
-            .remove(dkey)
-            .map(|a| a.into_iter().collect())
-            .unwrap_or_default();
-        if dk.is_empty() {
-            self.objects.remove(&obj);
+        let mut out: Vec<(Box<[u8]>, Entry)> = Vec::new();
+        self.walk(&Key::new(obj, dkey, &[]), |o, d, a, tail| {
+            let same = o == obj && d == dkey;
+            if same {
+                out.push((a.into(), decode_tail(tail)));
+            }
+            same
+        });
+        for (a, _) in &out {
+            self.remove(obj, dkey, a);
         }
-        self.keys -= out.len();
         out
     }
 
     /// Removes a whole object: `(dkey, akey, entry)` triples.
     pub fn remove_object(&mut self, obj: ObjectId) -> Vec<Removed> {
-        let Some(dk) = self.objects.remove(&obj) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (d, ak) in dk {
-            for (a, e) in ak {
-                out.push((d.clone(), a, e));
+        let mut out: Vec<Removed> = Vec::new();
+        self.walk(&Key::new(obj, &[], &[]), |o, d, a, tail| {
+            if o == obj {
+                out.push((d.into(), a.into(), decode_tail(tail)));
             }
+            o == obj
+        });
+        for (d, a, _) in &out {
+            self.remove(obj, d, a);
         }
-        self.keys -= out.len();
         out
-    }
-
-    fn page<V>(map: &BTreeMap<Box<[u8]>, V>, after: Option<&[u8]>, limit: usize) -> Vec<Vec<u8>> {
-        let lower = match after {
-            Some(a) => Bound::Excluded(a),
-            None => Bound::Unbounded,
-        };
-        map.range::<[u8], _>((lower, Bound::Unbounded))
-            .take(limit)
-            .map(|(k, _)| k.to_vec())
-            .collect()
     }
 
     /// Dkeys of an object after `after`, sorted, at most `limit`.
     pub fn list_dkeys(&self, obj: ObjectId, after: Option<&[u8]>, limit: usize) -> Vec<Vec<u8>> {
-        self.objects
-            .get(&obj)
-            .map(|d| Self::page(d, after, limit))
-            .unwrap_or_default()
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        if limit == 0 {
+            return out;
+        }
+        self.walk(&Key::new(obj, after.unwrap_or(&[]), &[]), |o, d, _, _| {
+            if o != obj {
+                return false;
+            }
+            if Some(d) != after && out.last().is_none_or(|l| l.as_slice() != d) {
+                out.push(d.to_vec());
+            }
+            out.len() < limit
+        });
+        out
     }
 
     /// Akeys of a dkey after `after`, sorted, at most `limit`.
@@ -223,47 +574,42 @@ impl Directory {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Vec<Vec<u8>> {
-        self.objects
-            .get(&obj)
-            .and_then(|d| d.get(dkey))
-            .map(|a| Self::page(a, after, limit))
-            .unwrap_or_default()
-    }
-
-    /// Every key, in order: `(object, dkey, akey, entry)`.
-    pub fn iter(&self) -> impl Iterator<Item = (ObjectId, &[u8], &[u8], &Entry)> {
-        self.objects.iter().flat_map(|(o, dk)| {
-            dk.iter()
-                .flat_map(move |(d, ak)| ak.iter().map(move |(a, e)| (*o, &d[..], &a[..], e)))
-        })
-    }
-
-    /// Estimated heap bytes held: map nodes, key copies and extent maps.
-    pub fn estimated_bytes(&self) -> usize {
-        // A BTreeMap entry costs its key and value plus about a third for
-        // node slack and edges; boxed keys cost their allocation (16-byte
-        // malloc granules, 16 bytes minimum plus 8 of header).
-        fn boxed(len: usize) -> usize {
-            (len + 8).div_ceil(16) * 16
+        let mut out = Vec::new();
+        if limit == 0 {
+            return out;
         }
-        let entry = std::mem::size_of::<(Box<[u8]>, Entry)>() * 4 / 3;
-        let mut total = 0;
-        for (_, dk) in self.objects.iter() {
-            total += std::mem::size_of::<(ObjectId, Dkeys)>() * 4 / 3;
-            for (d, ak) in dk {
-                total += std::mem::size_of::<(Box<[u8]>, Akeys)>() * 4 / 3 + boxed(d.len());
-                for (a, e) in ak {
-                    total += entry + boxed(a.len());
-                    if let Some(m) = &e.extents {
-                        total += 48 + m.len() * std::mem::size_of::<(u64, Piece)>() * 4 / 3;
-                    }
-                }
+        self.walk(&Key::new(obj, dkey, after.unwrap_or(&[])), |o, d, a, _| {
+            if o != obj || d != dkey {
+                return false;
             }
-        }
-        total
+            if Some(a) != after {
+                out.push(a.to_vec());
+            }
+            out.len() < limit
+        });
+        out
+    }
+
+    /// Calls `visit(object, dkey, akey, entry)` on every key, in order.
+    pub fn for_each(&self, mut visit: impl FnMut(ObjectId, &[u8], &[u8], &Entry)) {
+        let from = Key::new((0, 0), &[], &[]);
+        self.walk(&from, |o, d, a, tail| {
+            visit(o, d, a, &decode_tail(tail));
+            true
+        });
+    }
+
+    /// Heap bytes held: the block vector and every block's allocation
+    /// (malloc rounds to 16 bytes and adds 8 of header).
+    pub fn estimated_bytes(&self) -> usize {
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| (b.len() + 8).div_ceil(16) * 16)
+            .sum();
+        blocks + self.blocks.capacity() * std::mem::size_of::<Box<[u8]>>()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,5 +660,126 @@ mod tests {
         assert_eq!(d.len(), 4);
         assert_eq!(d.remove_object((1, 2)).len(), 4);
         assert_eq!(d.len(), 0);
+    }
+
+    type Model = BTreeMap<(ObjectId, Vec<u8>, Vec<u8>), Entry>;
+
+    fn random_entry(rng: &mut impl rand::Rng) -> Entry {
+        let extents = rng.gen_bool(0.2).then(|| {
+            let mut m = ExtentMap::new();
+            for _ in 0..rng.gen_range(1..4) {
+                let s = rng.gen_range(0..1000u64);
+                insert_piece(
+                    &mut m,
+                    s,
+                    piece(s + rng.gen_range(1..500), rng.gen_range(0..1 << 48)),
+                );
+            }
+            Box::new(m)
+        });
+        Entry {
+            version: rng.gen(),
+            addr: rng.gen_range(0..1u64 << 48),
+            len: rng.gen(),
+            extents,
+        }
+    }
+
+    fn random_part(rng: &mut impl rand::Rng) -> Vec<u8> {
+        let len = [0, 1, 2, 8, 40][rng.gen_range(0..5)];
+        (0..len)
+            .map(|_| [0u8, 1, b'a', 255][rng.gen_range(0..4)])
+            .collect()
+    }
+
+    fn check_same(d: &Directory, model: &Model) {
+        assert_eq!(d.len(), model.len());
+        let mut all = Vec::new();
+        d.for_each(|o, dk, ak, e| all.push(((o, dk.to_vec(), ak.to_vec()), e.clone())));
+        let want: Vec<_> = model.iter().map(|(k, e)| (k.clone(), e.clone())).collect();
+        assert_eq!(all, want);
+    }
+
+    /// Random puts, removes and punches against a `BTreeMap`: lookups,
+    /// full iteration and paged listings agree after every step, across
+    /// block splits and merges-by-deletion.
+    #[test]
+    fn packed_directory_matches_model() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let mut d = Directory::default();
+        let mut model = Model::new();
+        for step in 0..4000 {
+            let obj = (rng.gen_range(0..2u64), rng.gen_range(0..3u128) << 100);
+            let (dk, ak) = (random_part(&mut rng), random_part(&mut rng));
+            match rng.gen_range(0..10) {
+                0..=5 => {
+                    let e = random_entry(&mut rng);
+                    let old = d.put(obj, &dk, &ak, e.clone());
+                    assert_eq!(old, model.insert((obj, dk.clone(), ak), e));
+                }
+                6 | 7 => {
+                    let old = d.remove(obj, &dk, &ak);
+                    assert_eq!(old, model.remove(&(obj, dk.clone(), ak)));
+                }
+                8 if step % 7 == 0 => {
+                    let gone = d.remove_dkey(obj, &dk);
+                    let want: Vec<_> = model
+                        .iter()
+                        .filter(|((o, k, _), _)| *o == obj && *k == dk)
+                        .map(|((_, _, a), e)| (a.clone().into_boxed_slice(), e.clone()))
+                        .collect();
+                    model.retain(|(o, k, _), _| !(*o == obj && *k == dk));
+                    assert_eq!(gone, want);
+                }
+                9 if step % 50 == 0 => {
+                    let gone = d.remove_object(obj).len();
+                    let before = model.len();
+                    model.retain(|(o, _, _), _| *o != obj);
+                    assert_eq!(gone, before - model.len());
+                }
+                _ => {
+                    let want = model.get(&(obj, dk.clone(), ak.clone())).cloned();
+                    assert_eq!(d.get(obj, &dk, &ak), want);
+                }
+            }
+            if step % 200 == 0 {
+                check_same(&d, &model);
+                check_listings(&d, &model, obj, &dk);
+            }
+        }
+        check_same(&d, &model);
+        assert!(d.blocks.len() > 1, "the test never split a block");
+    }
+
+    fn check_listings(d: &Directory, model: &Model, obj: ObjectId, dk: &[u8]) {
+        let mut dkeys: Vec<Vec<u8>> = model
+            .keys()
+            .filter(|(o, _, _)| *o == obj)
+            .map(|(_, k, _)| k.clone())
+            .collect();
+        dkeys.dedup();
+        let mut paged = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        for _ in 0..=dkeys.len() {
+            let page = d.list_dkeys(obj, after.as_deref(), 3);
+            if page.is_empty() {
+                break;
+            }
+            after = page.last().cloned();
+            paged.extend(page);
+        }
+        assert_eq!(paged, dkeys);
+        let akeys: Vec<Vec<u8>> = model
+            .keys()
+            .filter(|(o, k, _)| *o == obj && k == dk)
+            .map(|(_, _, a)| a.clone())
+            .collect();
+        let first = d.list_akeys(obj, dk, None, 2);
+        assert_eq!(first, akeys.iter().take(2).cloned().collect::<Vec<_>>());
+        if let Some(a) = akeys.first() {
+            let rest = d.list_akeys(obj, dk, Some(a), usize::MAX);
+            assert_eq!(rest, akeys[1..].to_vec());
+        }
     }
 }

@@ -23,10 +23,11 @@
 //!
 //! DRAM per key: the bucket region (64 bytes per 3 slots; chaining reaches a
 //! load factor of about 0.66, so from about 32 bytes per key when full) and
-//! the sorted key directory (a copy of each key, its version, record pointer
-//! and extent map: `StoreStats::directory_bytes`), which serves listings,
-//! conditional updates, the cleaner and checkpoints. `ferrite bench store`
-//! prints both per key.
+//! the sorted key directory (packed blocks of front-coded keys with their
+//! version, record pointer and extent pieces, no allocation per key:
+//! `StoreStats::directory_bytes`), which serves listings, conditional
+//! updates, the cleaner and checkpoints. `ferrite bench store` prints both
+//! per key, and the heap growth per key over its load.
 //!
 //! ```
 //! use ferrite_engine::store::{Store, StoreConfig};
@@ -214,8 +215,8 @@ pub struct StoreStats {
     pub bucket_count_total: u32,
     pub overflow_buckets_free: usize,
     pub bucket_region_bytes: usize,
-    /// Estimated heap bytes of the key directory (sorted keys, versions,
-    /// extent maps).
+    /// Heap bytes of the key directory's packed blocks (sorted keys,
+    /// versions, record pointers, extent pieces).
     pub directory_bytes: usize,
     pub poisoned: bool,
 }

@@ -2,17 +2,21 @@
 //! update.
 
 use super::apply::Head;
+use super::buckets::prefetch;
 use super::dir::pieces_in;
 use super::log::AppendSpec;
 use super::{Condition, Conditional, Store, StoreError};
 use crate::store::error::Result;
-use ferrite_proto::key::RecordKey;
+use ferrite_proto::bucket::SLOTS_PER_BUCKET;
+use ferrite_proto::key::{KeyHash, RecordKey};
 use ferrite_proto::record::{record_len, RecordFlags, RecordView, VALUE_MAX_BYTES};
 
 /// Largest `fetch_extent` length, in bytes.
 pub const EXTENT_READ_MAX_BYTES: u64 = 64 << 20;
 /// Rounds a conditional update waits for a key's pending updates.
 const CONDITIONAL_ROUNDS: u32 = 10_000;
+/// Cache lines of each record `fetch_batch` prefetches.
+const PREFETCH_LINES: u64 = 4;
 /// Re-reads of a record the cleaner moved while it was being read.
 const MOVED_RETRIES: u32 = 8;
 
@@ -54,31 +58,30 @@ impl Store {
         Ok(())
     }
 
-    /// Errs if the key holds the other kind of value.
-    fn check_kind(&self, key: &RecordKey<'_>, array: bool) -> Result<()> {
-        let dir = self.dir.borrow();
-        match dir.get((key.container, key.object), key.dkey, key.akey) {
+    /// Errs if the key holds the other kind of value, or if it is a new key
+    /// and the overflow pool could run out before its slot is published
+    /// (existing keys reuse their slot).
+    fn check_write(&self, key: &RecordKey<'_>, array: bool) -> Result<()> {
+        let current = self
+            .dir
+            .borrow()
+            .get((key.container, key.object), key.dkey, key.akey);
+        match current {
             Some(e) if e.extents.is_some() != array => Err(StoreError::WrongKind {
                 holds: e.kind_name(),
                 wanted: if array { "byte array" } else { "single value" },
             }),
-            _ => Ok(()),
+            Some(_) => Ok(()),
+            None => {
+                let free = self.table.borrow().free_overflow();
+                if self.log.borrow().pending_new_keys + 1 >= free {
+                    return Err(StoreError::IndexFull {
+                        keys: self.dir.borrow().len(),
+                    });
+                }
+                Ok(())
+            }
         }
-    }
-
-    /// Refuses a new key when the overflow pool could run out before its
-    /// slot is published (existing keys reuse their slot).
-    fn check_index_room(&self, key: &RecordKey<'_>) -> Result<()> {
-        if self.version_of(key).is_some() {
-            return Ok(());
-        }
-        let free = self.table.borrow().free_overflow();
-        if self.log.borrow().pending_new_keys + 1 >= free {
-            return Err(StoreError::IndexFull {
-                keys: self.dir.borrow().len(),
-            });
-        }
-        Ok(())
     }
 
     /// Appends one record and returns its version once it is durable and
@@ -87,8 +90,7 @@ impl Store {
         let len = record_len(spec.key, spec.value.len()) as u64;
         self.reserve_space(len, false).await?;
         if let Some(array) = array {
-            self.check_kind(spec.key, array)?;
-            self.check_index_room(spec.key)?;
+            self.check_write(spec.key, array)?;
         }
         let (addr, len, version) = self.append_now(&spec)?;
         self.wait_durable(addr + u64::from(len)).await?;
@@ -156,8 +158,7 @@ impl Store {
             if !holds {
                 return Ok(Conditional::Conflict(current));
             }
-            self.check_kind(key, false)?;
-            self.check_index_room(key)?;
+            self.check_write(key, false)?;
             let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
             let (addr, len, version) = self.append_now(&spec)?;
             self.wait_durable(addr + u64::from(len)).await?;
@@ -230,13 +231,15 @@ impl Store {
 
     /// Looks the key up through the buckets, as a one-sided reader would,
     /// resolving resident records from the ring without I/O.
-    fn lookup(&self, key: &RecordKey<'_>) -> Result<Found> {
-        let hash = key.hash();
+    fn lookup(&self, key: &RecordKey<'_>, hash: KeyHash) -> Result<Found> {
         let fp = hash.fingerprint();
         let hit = self.table.borrow().find(hash.0, fp, |_, slot| {
             if !self.resident(slot.addr) {
                 return None;
             }
+            // Start every line of the record loading at once rather than
+            // one after the other as parsing reaches them.
+            self.prefetch_record(slot.addr, slot.length);
             let h = Head::peek(self.ring_slice(slot.addr, slot.length as usize))?;
             (h.key == *key).then_some(h)
         });
@@ -291,9 +294,55 @@ impl Store {
 
     /// The key's single value and version; `None` if absent.
     pub async fn fetch(&self, key: &RecordKey<'_>) -> Result<Option<(u64, Vec<u8>)>> {
+        self.fetch_hashed(key, key.hash()).await
+    }
+
+    /// Fetches several keys, overlapping their memory loads: every key's
+    /// main bucket is prefetched, then every resident record its bucket
+    /// names, then each key is fetched as by [`Store::fetch`]. Results are
+    /// in the order of `keys`.
+    pub async fn fetch_batch(&self, keys: &[RecordKey<'_>]) -> Vec<Result<Option<(u64, Vec<u8>)>>> {
+        let hashes: Vec<KeyHash> = keys.iter().map(RecordKey::hash).collect();
+        {
+            let table = self.table.borrow();
+            for h in &hashes {
+                table.prefetch_home(h.0);
+            }
+            for h in &hashes {
+                let b = table.load(table.home(h.0));
+                let fp = h.fingerprint();
+                let hit = (0..SLOTS_PER_BUCKET)
+                    .map(|s| b.slot(s))
+                    .find(|s| s.fingerprint == fp);
+                if let Some(slot) = hit.filter(|s| self.resident(s.addr)) {
+                    self.prefetch_record(slot.addr, slot.length);
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(keys.len());
+        for (k, h) in keys.iter().zip(hashes) {
+            out.push(self.fetch_hashed(k, h).await);
+        }
+        out
+    }
+
+    /// Prefetches the first cache lines of the ring record at `addr`.
+    fn prefetch_record(&self, addr: u64, len: u32) {
+        let p = self.ring_ptr(addr);
+        let lines = (addr % 64 + u64::from(len)).div_ceil(64);
+        for line in 0..lines.min(PREFETCH_LINES) {
+            prefetch(p.wrapping_add(line as usize * 64));
+        }
+    }
+
+    async fn fetch_hashed(
+        &self,
+        key: &RecordKey<'_>,
+        hash: KeyHash,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
         Self::validate(key, 0)?;
         for _ in 0..MOVED_RETRIES {
-            let (addr, len) = match self.lookup(key)? {
+            let (addr, len) = match self.lookup(key, hash)? {
                 Found::Absent => return Ok(None),
                 Found::Value(v, bytes) => return Ok(Some((v, bytes))),
                 Found::OnDevice(addr, len) => (addr, len),
