@@ -208,3 +208,37 @@ fn full_index_refuses_new_keys_only() {
         assert!(s.check_writable().is_ok());
     });
 }
+
+/// `fetch_batch` gives, key by key and in order, what `fetch` gives: values
+/// resident in the ring, values evicted to the device, absent keys, and the
+/// wrong-kind error for a byte array.
+#[test]
+fn fetch_batch_matches_fetch() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        let names: Vec<[u8; 4]> = (0..600u32).map(u32::to_le_bytes).collect();
+        for (i, n) in names.iter().enumerate().filter(|(i, _)| i % 5 != 0) {
+            let value = vec![i as u8; 3000 + i % 100];
+            s.update(&RecordKey::new(1, 3, b"d", n), &value)
+                .await
+                .unwrap();
+        }
+        let array = RecordKey::new(1, 3, b"d", b"array");
+        s.update_extent(&array, 10, b"bytes").await.unwrap();
+        assert!(s.stats().head > s.stats().ring_bytes, "nothing was evicted");
+        let mut keys: Vec<RecordKey<'_>> = names
+            .iter()
+            .map(|n| RecordKey::new(1, 3, b"d", n))
+            .collect();
+        keys.push(array);
+        let batch = s.fetch_batch(&keys).await;
+        assert_eq!(batch.len(), keys.len());
+        for (k, got) in keys.iter().zip(batch) {
+            match (s.fetch(k).await, got) {
+                (Ok(one), Ok(b)) => assert_eq!(one, b),
+                (Err(StoreError::WrongKind { .. }), Err(StoreError::WrongKind { .. })) => {}
+                (one, b) => panic!("fetch {one:?} but fetch_batch {b:?}"),
+            }
+        }
+    });
+}
