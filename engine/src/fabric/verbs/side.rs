@@ -9,7 +9,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -25,6 +25,10 @@ use crate::server::ServerError;
 const MAX_DESCRIPTORS: u32 = 4096;
 /// Reads per queue pair in flight at most (send queue depth).
 const QP_DEPTH: u32 = 64;
+/// Connected queue pairs (side-channel connections, one thread each) at
+/// most; clients open one per thread and target, so this bounds
+/// clients × threads × targets. More are refused (the socket is closed).
+pub const MAX_SIDE_CONNECTIONS: usize = 4096;
 
 fn io_err(op: &str, e: std::io::Error) -> ServerError {
     ServerError::Fabric(format!("verbs side channel {op}: {e}"))
@@ -79,18 +83,28 @@ pub fn serve(fabric: Arc<VerbsFabric>, listen: &str) -> Result<SideChannel, Serv
 }
 
 fn accept_loop(listener: TcpListener, fabric: Arc<VerbsFabric>, stop: Arc<AtomicBool>) {
+    let live = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
-                let (fabric, stop) = (fabric.clone(), stop.clone());
+                if live.load(Ordering::Relaxed) >= MAX_SIDE_CONNECTIONS {
+                    tracing::warn!(%peer, "verbs side channel: {MAX_SIDE_CONNECTIONS} queue pairs connected; refused");
+                    continue;
+                }
+                live.fetch_add(1, Ordering::Relaxed);
+                let (fabric, stop, done) = (fabric.clone(), stop.clone(), live.clone());
                 let spawned =
                     std::thread::Builder::new()
                         .name("verbs-conn".into())
-                        .spawn(move || match serve_one(stream, &fabric, &stop) {
-                            Ok(()) => tracing::debug!(%peer, "verbs connection closed"),
-                            Err(e) => tracing::warn!(%peer, "verbs connection: {e}"),
+                        .spawn(move || {
+                            match serve_one(stream, &fabric, &stop) {
+                                Ok(()) => tracing::debug!(%peer, "verbs connection closed"),
+                                Err(e) => tracing::warn!(%peer, "verbs connection: {e}"),
+                            }
+                            done.fetch_sub(1, Ordering::Relaxed);
                         });
                 if let Err(e) = spawned {
+                    live.fetch_sub(1, Ordering::Relaxed);
                     tracing::warn!("verbs side channel: cannot spawn: {e}");
                 }
             }
