@@ -218,6 +218,43 @@ fn verbs_get_latency() {
     // Read by ferrite-verbs.sh to compare with ib_read_lat.
     println!("FERRITE_VERBS_GET_P50_US={:.2}", times[times.len() / 2]);
     println!("FERRITE_VERBS_GET_AVG_US={avg:.2}");
+    // Eight GETs with warm buckets: one after another (eight reads, eight
+    // doorbells), then as one batch (one doorbell for the eight records).
+    let names: Vec<Key> = (0..8).map(key).collect();
+    for (k, name) in names.iter().enumerate() {
+        c.put(name, &value(k as u64, 1)).unwrap();
+    }
+    let keys: Vec<RecordKey<'_>> = names.iter().map(Key::as_record_key).collect();
+    let mut outs = vec![Vec::new(); keys.len()];
+    let (mut single, mut batched) = (Vec::with_capacity(300), Vec::with_capacity(300));
+    for round in 0..300 {
+        let t0 = Instant::now();
+        for (k, name) in names.iter().enumerate() {
+            assert_eq!(
+                c.get(name).unwrap(),
+                Some(value(k as u64, 1)),
+                "round {round}"
+            );
+        }
+        single.push(t0.elapsed().as_secs_f64() * 1e6);
+        let t0 = Instant::now();
+        let got = c.get_many_into(&keys, &mut outs).unwrap();
+        batched.push(t0.elapsed().as_secs_f64() * 1e6);
+        for (k, (g, out)) in got.into_iter().zip(&outs).enumerate() {
+            assert!(g.unwrap().is_some(), "key {k}, round {round}");
+            assert_eq!(*out, value(k as u64, 1), "key {k}, round {round}");
+        }
+    }
+    single.sort_by(f64::total_cmp);
+    batched.sort_by(f64::total_cmp);
+    println!(
+        "FERRITE_VERBS_8_GETS_P50_US={:.2}",
+        single[single.len() / 2]
+    );
+    println!(
+        "FERRITE_VERBS_BATCH_8_P50_US={:.2}",
+        batched[batched.len() / 2]
+    );
 }
 
 #[test]

@@ -64,6 +64,11 @@ if [ -n "$p50" ] && [ -n "$lat" ]; then
 else
     echo "ferrite-verbs: GET p50 '${p50}' us, ib_read_lat '${lat}' us: no ratio"
 fi
+g8=$(sed -n 's/.*FERRITE_VERBS_8_GETS_P50_US=//p' /tmp/ferrite-verbs.out | head -n 1)
+b8=$(sed -n 's/.*FERRITE_VERBS_BATCH_8_P50_US=//p' /tmp/ferrite-verbs.out | head -n 1)
+if [ -n "$g8" ] && [ -n "$b8" ]; then
+    echo "ferrite-verbs: 8 GETs (warm buckets) one by one p50 ${g8} us, as one batch (one doorbell) p50 ${b8} us, ratio $(ratio "$b8" "$g8")"
+fi
 echo "ferrite-verbs: tests exit status $rc"
 
 # --- ferrite bench kv --fabric verbs -------------------------------------------------
