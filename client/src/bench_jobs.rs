@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::jobs::api::JobClient;
 use crate::jobs::error::JobsError;
+use crate::jobs::task_state::Layout;
 
 /// Knobs of the benchmark.
 #[derive(clap::Args, Debug, Clone)]
@@ -57,6 +58,9 @@ pub struct BenchJobsOptions {
     /// in the grants.
     #[arg(long)]
     pub store: Option<String>,
+    /// Workers' task state objects: one SQLite file per task, or per job.
+    #[arg(long, value_enum, default_value_t = Layout::PerJob)]
+    pub task_state: Layout,
     /// Write the DAG as JSON to this file and exit.
     #[arg(long)]
     pub emit_dag: Option<PathBuf>,
@@ -151,6 +155,7 @@ fn spawn_workers(
                 &o.xstreams.to_string(),
             ])
             .args(["--name", &format!("bench-w{w}")])
+            .args(["--task-state", layout_arg(o.task_state)])
             .arg("--state-dir")
             .arg(dir.join(format!("w{w}")))
             .stdin(Stdio::null())
@@ -159,6 +164,13 @@ fn spawn_workers(
         children.0.push(child);
     }
     Ok(children)
+}
+
+fn layout_arg(layout: Layout) -> &'static str {
+    match layout {
+        Layout::PerTask => "per-task",
+        Layout::PerJob => "per-job",
+    }
 }
 
 /// Runs the benchmark against `addr` with worker processes it starts.

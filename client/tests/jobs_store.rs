@@ -46,7 +46,13 @@ fn workers_run_task_records_fetched_from_the_engine() {
     )
     .unwrap();
     assert_eq!(st.meta().unwrap().store, Some(store.url()));
-    assert_eq!(st.output(1).unwrap().unwrap().0, b"from the store\n");
+    // Outputs are records in the engine, not in the job state file; `two`
+    // read `one`'s stdout record as its standard input.
+    assert_eq!(st.output(1).unwrap().unwrap().0, b"");
+    let two = ferrite_client::jobs::outputs::read(&store, job, "two")
+        .unwrap()
+        .expect("outputs of two");
+    assert_eq!(two.stdout, "from the store\n");
 }
 
 #[test]

@@ -27,5 +27,7 @@ pub mod record;
 pub mod region;
 pub mod rpc;
 pub mod rpc_jobs;
+#[cfg(feature = "sqlite")]
+pub mod state_sql;
 
 pub use error::FormatError;

@@ -43,12 +43,31 @@ pub const AKEY_STDOUT: &[u8] = b"stdout";
 pub const AKEY_STDERR: &[u8] = b"stderr";
 /// akey of a finished task's exit code (4 bytes, i32 LE).
 pub const AKEY_EXIT: &[u8] = b"exit";
+/// Object under which the built-in storage steps (`put`, `get`, `copy`,
+/// `scrub`) keep their records in a container ("STEP").
+pub const STEP_OBJECT: u128 = 0x5354_4550;
+/// akey of a storage step's record.
+pub const AKEY_VALUE: &[u8] = b"value";
 /// Largest frame accepted, in bytes.
 pub const FRAME_MAX_BYTES: usize = 256 << 20;
 
 /// The key of task `task_id` of job `job`: (JOBS_CONTAINER, job, task id, "task").
 pub fn task_key(job: u128, task_id: &[u8]) -> RecordKey<'_> {
     RecordKey::new(JOBS_CONTAINER, job, task_id, AKEY_TASK)
+}
+
+/// The key of output `akey` ([`AKEY_STDOUT`], [`AKEY_STDERR`],
+/// [`AKEY_EXIT`]) of task `task_id` of job `job`: the worker that ran the
+/// task stores it there; `ferrite job status` and the task's consumers
+/// (`inputs`) read it.
+pub fn output_key<'a>(job: u128, task_id: &'a [u8], akey: &'a [u8]) -> RecordKey<'a> {
+    RecordKey::new(JOBS_CONTAINER, job, task_id, akey)
+}
+
+/// The key of record `name` of a storage step in `container`:
+/// (container, [`STEP_OBJECT`], name, [`AKEY_VALUE`]).
+pub fn step_key(container: u64, name: &[u8]) -> RecordKey<'_> {
+    RecordKey::new(container, STEP_OBJECT, name, AKEY_VALUE)
 }
 
 /// A job file, TOML (`[[task]]` tables) or JSON (`"task": [...]`).
@@ -285,9 +304,14 @@ pub struct TaskGrant {
     /// The task record (`record.rs` layout), value = JSON [`TaskSpec`].
     #[serde(with = "hex_bytes")]
     pub record: Vec<u8>,
-    /// Standard input: the outputs of the task's `inputs`.
+    /// Standard input: the outputs of the task's `inputs` (jobs without
+    /// an engine store; with one, the worker reads them from `inputs`).
     #[serde(with = "hex_bytes", default, skip_serializing_if = "Vec::is_empty")]
     pub stdin: Vec<u8>,
+    /// Ids of the tasks whose stdout records, in this order, are this
+    /// task's standard input (jobs with an engine store).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
 }
 
 /// What a resource reports when it has run a task.
@@ -330,6 +354,10 @@ pub struct JobStatus {
     pub edges: Vec<(u32, u32)>,
     /// Nodes that answered the status query.
     pub answered: Vec<String>,
+    /// URL of the engine holding the job's output records
+    /// ([`output_key`]), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
 }
 
 /// One line of `ferrite job list`.
@@ -579,6 +607,7 @@ mod tests {
                 addr: 4096,
                 record: vec![0, 1, 0xfe, 0xff, 0x7a],
                 stdin: b"in".to_vec(),
+                inputs: vec!["t1".into()],
             }],
             store: Some("unix:///x".into()),
         };

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Subcommand;
 use ferrite_client::jobs::api::{parse_job_id, JobClient, DEFAULT_JOBS_PORT};
-use ferrite_client::jobs::picture;
+use ferrite_client::jobs::task_state::Layout;
 use ferrite_client::jobs::worker::{run_worker, WorkerConfig};
+use ferrite_client::jobs::{outputs, picture};
 use ferrite_proto::rpc_jobs::{JobStatus, TaskPhase};
 
 fn default_engine() -> String {
@@ -74,6 +75,9 @@ pub struct WorkerArgs {
     /// Directory for the task state objects (default: a per-process temp dir).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Task state objects: one SQLite file per task, or per job.
+    #[arg(long, value_enum, default_value_t = Layout::PerJob)]
+    pub task_state: Layout,
 }
 
 pub fn run(c: JobCommand) -> anyhow::Result<()> {
@@ -159,15 +163,48 @@ fn serve(_listen: String, _state_dir: PathBuf, _depth: u32) -> anyhow::Result<()
     anyhow::bail!("this ferrite was built without the `embedded` feature: run ferrite-engine")
 }
 
+/// Tasks whose output records `job status` reads and prints.
+const OUTPUTS_MAX_TASKS: usize = picture::DETAIL_MAX_TASKS;
+/// Bytes of each output shown in the table view.
+const OUTPUT_SHOWN_BYTES: usize = 400;
+
 fn print_status(s: &JobStatus, json: bool) {
+    // Outputs are records in the job's engine: read them only once a task
+    // ended, for jobs small enough to be shown task by task.
+    let outputs = match s.tasks.len() <= OUTPUTS_MAX_TASKS {
+        true => outputs::read_all(s, OUTPUTS_MAX_TASKS).unwrap_or_else(|e| {
+            eprintln!("ferrite: task outputs: {e}");
+            Vec::new()
+        }),
+        false => Vec::new(),
+    };
     if json {
-        match serde_json::to_string(s) {
-            Ok(text) => println!("{text}"),
-            Err(e) => eprintln!("ferrite: status does not encode: {e}"),
+        let mut value = serde_json::to_value(s).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            map.insert("outputs".into(), serde_json::json!(outputs));
         }
+        println!("{value}");
         return;
     }
     print!("{}", picture::render(s));
+    print_tasks(s);
+    for o in &outputs {
+        println!("--- {} exit {}", o.id, o.exit_code);
+        for (name, text) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+            if text.is_empty() {
+                continue;
+            }
+            let mut cut = OUTPUT_SHOWN_BYTES.min(text.len());
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let more = if cut < text.len() { " ..." } else { "" };
+            println!("{name}: {}{more}", text[..cut].trim_end());
+        }
+    }
+}
+
+fn print_tasks(s: &JobStatus) {
     let detail = s.tasks.len() <= picture::DETAIL_MAX_TASKS;
     let shown: Vec<_> = s
         .tasks
@@ -218,6 +255,7 @@ pub fn worker(a: WorkerArgs) -> anyhow::Result<()> {
         node: name,
         xstreams: a.xstreams,
         state_dir,
+        layout: a.task_state,
     };
     run_worker(&config)?;
     Ok(())

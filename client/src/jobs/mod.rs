@@ -17,8 +17,10 @@
 
 pub mod api;
 pub mod error;
+pub mod outputs;
 pub mod picture;
 pub mod run;
+pub mod steps;
 pub mod task_state;
 pub mod worker;
 

@@ -157,6 +157,7 @@ mod tests {
             ],
             edges: vec![(1, 2), (1, 3), (2, 0), (3, 0)],
             answered: vec![],
+            store: None,
         };
         assert_eq!(levels(4, &status.edges), vec![2, 0, 1, 1]);
         let pic = render(&status);

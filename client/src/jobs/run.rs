@@ -4,9 +4,13 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use crate::client::Client;
+use super::steps;
+use crate::client::{Client, Key, Reply, Request};
 use ferrite_proto::record::RecordView;
-use ferrite_proto::rpc_jobs::{task_key, Step, TaskGrant, TaskResult, TaskSpec};
+use ferrite_proto::rpc_jobs::{
+    output_key, task_key, Step, TaskGrant, TaskResult, TaskSpec, AKEY_EXIT, AKEY_STDERR,
+    AKEY_STDOUT,
+};
 
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> u64 {
@@ -61,8 +65,16 @@ pub fn is_trivial(spec: &TaskSpec) -> bool {
     spec.steps.iter().all(|s| matches!(s, Step::Noop))
 }
 
-/// Runs the steps in order, stopping at the first that fails.
-pub fn run_task(grant: &TaskGrant, spec: &TaskSpec, start_ns: u64) -> TaskResult {
+/// Runs the steps in order, stopping at the first that fails. With an
+/// engine `store`, storage steps run against it, the standard input comes
+/// from the stdout records of the task's `inputs`, and the task's stdout,
+/// stderr and exit code are stored back as records ([`output_key`]).
+pub fn run_task(
+    grant: &TaskGrant,
+    spec: &TaskSpec,
+    start_ns: u64,
+    store: Option<&Client>,
+) -> TaskResult {
     let mut result = TaskResult {
         job: grant.job,
         idx: grant.idx,
@@ -75,50 +87,162 @@ pub fn run_task(grant: &TaskGrant, spec: &TaskSpec, start_ns: u64) -> TaskResult
         stdout: Vec::new(),
         stderr: Vec::new(),
     };
+    let stdin = match (store, grant.inputs.is_empty()) {
+        (Some(c), false) => read_inputs(c, grant),
+        _ => Ok(grant.stdin.clone()),
+    };
+    match stdin {
+        Ok(stdin) => run_steps(grant, spec, &stdin, store, &mut result),
+        Err(e) => result.error = Some(e),
+    }
+    if let (Some(c), false) = (store, is_trivial(spec)) {
+        match store_outputs(c, grant, &result) {
+            // The records are the outputs: the result no longer carries them.
+            Ok(()) => {
+                result.stdout.clear();
+                result.stderr.clear();
+            }
+            Err(e) => {
+                result.error.get_or_insert(e);
+            }
+        }
+    }
+    result.end_ns = now_ns();
+    result
+}
+
+fn run_steps(
+    grant: &TaskGrant,
+    spec: &TaskSpec,
+    stdin: &[u8],
+    store: Option<&Client>,
+    result: &mut TaskResult,
+) {
     for step in &spec.steps {
-        match step {
-            Step::Noop => {}
+        let storage = |f: &dyn Fn(&Client) -> Result<String, String>| {
+            match store {
+            Some(c) => f(c),
+            None => Err(format!(
+                "step kind {:?} needs the job's engine store: run the job service inside ferrite-engine, or submit with a store",
+                kind_of(step)
+            )),
+        }
+        };
+        let outcome = match step {
+            Step::Noop => Ok(String::new()),
             Step::Exec {
                 cmd,
                 args,
                 env,
                 cwd,
-            } => {
-                if let Err(e) = exec(grant, cmd, args, env, cwd.as_deref(), &mut result) {
-                    result.error = Some(format!("{cmd}: {e}"));
-                }
-            }
-            Step::Io500 { phase, args } if phase == "all" => {
-                let mut full = vec!["io500".to_string()];
-                full.extend(args.iter().cloned());
-                let bin = ferrite_binary();
-                let cmd = bin.display().to_string();
-                let env = std::collections::BTreeMap::new();
-                if let Err(e) = exec(grant, &cmd, &full, &env, None, &mut result) {
-                    result.error = Some(format!("{cmd} io500: {e}"));
-                }
-            }
-            Step::Io500 { phase, .. } => {
-                result.error = Some(format!(
-                    "io500 phase {phase:?}: the io500 runner runs all phases together; use phase = \"all\""
-                ));
-            }
-            other => {
-                let kind = serde_json::to_value(other)
-                    .ok()
-                    .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
-                    .unwrap_or_default();
-                result.error = Some(format!(
-                    "step kind {kind:?} needs the record store client, which this worker does not have"
-                ));
-            }
+            } => exec(grant, cmd, args, env, cwd.as_deref(), stdin, result)
+                .map(|()| String::new())
+                .map_err(|e| format!("{cmd}: {e}")),
+            Step::Put {
+                container,
+                prefix,
+                count,
+                size_bytes,
+            } => storage(&|c| steps::put(c, *container, prefix, *count, *size_bytes)),
+            Step::Get {
+                container,
+                prefix,
+                count,
+            } => storage(&|c| steps::get(c, *container, prefix, *count)),
+            Step::Copy {
+                source,
+                target,
+                prefix,
+                count,
+            } => storage(&|c| steps::copy(c, *source, *target, prefix, *count)),
+            Step::Scrub { container } => storage(&|c| steps::scrub(c, *container)),
+            Step::Io500 { phase, args } => io500(grant, phase, args, result),
+        };
+        match outcome {
+            Ok(line) => result.stdout.extend_from_slice(line.as_bytes()),
+            Err(e) => result.error = Some(e),
         }
         if result.error.is_some() || result.exit_code != 0 {
             break;
         }
     }
-    result.end_ns = now_ns();
-    result
+}
+
+/// The `kind` tag of a step.
+fn kind_of(step: &Step) -> String {
+    serde_json::to_value(step)
+        .ok()
+        .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// Runs `ferrite io500 ARGS` (every phase, in order, in one process).
+fn io500(
+    grant: &TaskGrant,
+    phase: &str,
+    args: &[String],
+    result: &mut TaskResult,
+) -> Result<String, String> {
+    if phase != "all" {
+        return Err(format!(
+            "io500 phase {phase:?}: the io500 runner runs all phases together (its read phases check what its write phases wrote); use phase = \"all\""
+        ));
+    }
+    let mut full = vec!["io500".to_string()];
+    full.extend(args.iter().cloned());
+    let cmd = ferrite_binary().display().to_string();
+    let env = std::collections::BTreeMap::new();
+    exec(grant, &cmd, &full, &env, None, &[], result)
+        .map(|()| String::new())
+        .map_err(|e| format!("{cmd} io500: {e}"))
+}
+
+/// The stdout records of the task's inputs, concatenated in order.
+fn read_inputs(store: &Client, grant: &TaskGrant) -> Result<Vec<u8>, String> {
+    let mut stdin = Vec::new();
+    let mut buf = Vec::new();
+    for id in &grant.inputs {
+        let key = output_key(grant.job, id.as_bytes(), AKEY_STDOUT);
+        match store.get_into(&key, &mut buf) {
+            Ok(Some(_)) => stdin.extend_from_slice(&buf),
+            // A task without output stores no record.
+            Ok(None) => {}
+            Err(e) => return Err(format!("stdout of input {id:?}: {e}")),
+        }
+    }
+    Ok(stdin)
+}
+
+/// Stores stdout, stderr and the exit code under [`output_key`].
+fn store_outputs(store: &Client, grant: &TaskGrant, r: &TaskResult) -> Result<(), String> {
+    let id = grant.id.as_bytes();
+    let key = |akey| {
+        let k = output_key(grant.job, id, akey);
+        Key::new(k.container, k.object, k.dkey, k.akey)
+    };
+    let puts = vec![
+        Request::Update {
+            key: key(AKEY_STDOUT),
+            value: r.stdout.clone(),
+        },
+        Request::Update {
+            key: key(AKEY_STDERR),
+            value: r.stderr.clone(),
+        },
+        Request::Update {
+            key: key(AKEY_EXIT),
+            value: r.exit_code.to_le_bytes().to_vec(),
+        },
+    ];
+    let replies = store
+        .batch(puts)
+        .map_err(|e| format!("storing outputs: {e}"))?;
+    for reply in replies {
+        if let Reply::Error { message, .. } = reply {
+            return Err(format!("storing outputs: {message}"));
+        }
+    }
+    Ok(())
 }
 
 /// The `ferrite` binary: `$FERRITE_BIN`, else this executable.
@@ -135,6 +259,7 @@ fn exec(
     args: &[String],
     env: &std::collections::BTreeMap<String, String>,
     cwd: Option<&str>,
+    input: &[u8],
     result: &mut TaskResult,
 ) -> std::io::Result<()> {
     let mut c = Command::new(cmd);
@@ -164,7 +289,7 @@ fn exec(
     }
     let mut child = c.spawn()?;
     let stdin = child.stdin.take();
-    let input = grant.stdin.clone();
+    let input = input.to_vec();
     // A separate writer so a child that writes before reading cannot block us.
     let feeder = std::thread::spawn(move || {
         if let Some(mut s) = stdin {

@@ -1,18 +1,23 @@
 //! Task state objects: the part of a job state object that travels with a
-//! job's tasks to the node running them. One SQLite file per (job, node),
-//! holding the `tasks` rows (layout shared with the job state object) of
-//! every task of that job this node was granted; only this node writes it.
+//! job's tasks to the node running them, as SQLite files holding `tasks`
+//! rows (layout shared with the job state object); only the node running a
+//! task writes its object. Two layouts ([`Layout`]):
+//!
+//! - [`Layout::PerTask`]: one file per task,
+//!   `<dir>/<job>/<idx>.<task id>.task.sqlite`, created when the task is
+//!   granted and closed when it ends.
+//! - [`Layout::PerJob`] (the worker's default): one file per (job, node),
+//!   `<dir>/<job>.<node>.task.sqlite`, with one row per task. Creating a
+//!   SQLite file per task costs more than running a no-op task many times
+//!   over (see `ferrite bench jobs --task-state per-task`).
 
 use std::path::{Path, PathBuf};
 
 use ferrite_proto::rpc_jobs::{TaskPhase, TaskRow, TASKS_TABLE_SQL};
+use ferrite_proto::state_sql::select_rows;
 use rusqlite::{params, Connection};
 
 use super::error::JobsError;
-
-/// Columns of a [`TaskRow`] in `tasks`, in struct order.
-const ROW_COLUMNS: &str =
-    "idx, id, state, node, xstream, attempt, ready_ns, start_ns, end_ns, exit_code, error";
 
 /// A change to one task's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +47,23 @@ pub enum RowUpdate {
     Dropped { idx: u32, attempt: u32 },
 }
 
+impl RowUpdate {
+    /// The task the update is about.
+    pub fn idx(&self) -> u32 {
+        match self {
+            RowUpdate::Granted { idx, .. }
+            | RowUpdate::Started { idx, .. }
+            | RowUpdate::Finished { idx, .. }
+            | RowUpdate::Dropped { idx, .. } => *idx,
+        }
+    }
+
+    /// Whether the task's row is final after it.
+    pub fn ends(&self) -> bool {
+        matches!(self, RowUpdate::Finished { .. } | RowUpdate::Dropped { .. })
+    }
+}
+
 /// Wrapper over one task state file.
 #[derive(Debug)]
 pub struct TaskState {
@@ -50,10 +72,19 @@ pub struct TaskState {
     node: String,
 }
 
-/// `<dir>/<job>.<node>.task.sqlite`, the node name reduced to `[A-Za-z0-9_-]`.
-pub fn task_state_path(dir: &Path, job: u128, node: &str) -> PathBuf {
-    let node: String = node
-        .chars()
+/// How a node lays out its task state objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Layout {
+    /// One SQLite file per task.
+    PerTask,
+    /// One SQLite file per (job, node), one row per task.
+    #[default]
+    PerJob,
+}
+
+/// A name reduced to `[A-Za-z0-9_-]`.
+fn file_safe(name: &str) -> String {
+    name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                 c
@@ -61,14 +92,72 @@ pub fn task_state_path(dir: &Path, job: u128, node: &str) -> PathBuf {
                 '_'
             }
         })
-        .collect();
-    dir.join(format!("{job:032x}.{node}.task.sqlite"))
+        .collect()
+}
+
+/// `<dir>/<job>.<node>.task.sqlite` ([`Layout::PerJob`]).
+pub fn task_state_path(dir: &Path, job: u128, node: &str) -> PathBuf {
+    dir.join(format!("{job:032x}.{}.task.sqlite", file_safe(node)))
+}
+
+/// `<dir>/<job>/` ([`Layout::PerTask`]).
+pub fn job_task_dir(dir: &Path, job: u128) -> PathBuf {
+    dir.join(format!("{job:032x}"))
+}
+
+/// `<dir>/<job>/<idx>.<task id>.task.sqlite` ([`Layout::PerTask`]).
+pub fn one_task_path(dir: &Path, job: u128, idx: u32, id: &str) -> PathBuf {
+    job_task_dir(dir, job).join(format!("{idx}.{}.task.sqlite", file_safe(id)))
 }
 
 impl TaskState {
-    /// Opens (creating if needed) this node's task state object of `job`.
+    /// Opens (creating if needed) this node's task state object of `job`
+    /// ([`Layout::PerJob`]).
     pub fn open(dir: &Path, job: u128, node: &str) -> Result<Self, JobsError> {
-        let path = task_state_path(dir, job, node);
+        Self::open_path(task_state_path(dir, job, node), job, node)
+    }
+
+    /// Opens (creating if needed) the task state object of task `idx`
+    /// ([`Layout::PerTask`]).
+    pub fn open_task(
+        dir: &Path,
+        job: u128,
+        idx: u32,
+        id: &str,
+        node: &str,
+    ) -> Result<Self, JobsError> {
+        let path = one_task_path(dir, job, idx, id);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(JobsError::io("create task state dir"))?;
+        }
+        Self::open_path(path, job, node)
+    }
+
+    /// Every row of every per-task object of `job` under `dir`.
+    pub fn rows_of_tasks(dir: &Path, job: u128) -> Result<Vec<TaskRow>, JobsError> {
+        let entries = match std::fs::read_dir(job_task_dir(dir, job)) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(JobsError::io("read task state dir")(e)),
+        };
+        let mut rows = Vec::new();
+        for entry in entries {
+            let path = entry.map_err(JobsError::io("read task state dir"))?.path();
+            if !path.to_string_lossy().ends_with(".task.sqlite") {
+                continue;
+            }
+            let err = |source| JobsError::State {
+                path: path.display().to_string(),
+                source,
+            };
+            let conn = Connection::open(&path).map_err(err)?;
+            rows.extend(select_rows(&conn).map_err(err)?);
+        }
+        rows.sort_by_key(|r| r.idx);
+        Ok(rows)
+    }
+
+    fn open_path(path: PathBuf, job: u128, node: &str) -> Result<Self, JobsError> {
         let err = |source| JobsError::State {
             path: path.display().to_string(),
             source,
@@ -190,44 +279,8 @@ impl TaskState {
 
     /// Every row, by task index.
     pub fn rows(&self) -> Result<Vec<TaskRow>, JobsError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {ROW_COLUMNS} FROM tasks ORDER BY idx"))
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map([], row_from_sql)
-            .map_err(self.err())?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(self.err())?;
-        Ok(rows)
+        select_rows(&self.conn).map_err(self.err())
     }
-}
-
-fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
-    let state: String = r.get(2)?;
-    let state = TaskPhase::parse(&state).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            2,
-            rusqlite::types::Type::Text,
-            format!("unknown task state {state:?}").into(),
-        )
-    })?;
-    let ns = |i: usize| -> rusqlite::Result<Option<u64>> {
-        Ok(r.get::<_, Option<i64>>(i)?.map(|v| v as u64))
-    };
-    Ok(TaskRow {
-        idx: r.get(0)?,
-        id: r.get(1)?,
-        state,
-        node: r.get(3)?,
-        xstream: r.get(4)?,
-        attempt: r.get(5)?,
-        ready_ns: ns(6)?,
-        start_ns: ns(7)?,
-        end_ns: ns(8)?,
-        exit_code: r.get(9)?,
-        error: r.get(10)?,
-    })
 }
 
 #[cfg(test)]
@@ -280,5 +333,28 @@ mod tests {
             (r.start_ns, r.end_ns, r.exit_code),
             (Some(11), Some(12), Some(2))
         );
+    }
+
+    #[test]
+    fn per_task_objects_are_files_of_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        for (idx, id) in [(4, "b/x"), (1, "a")] {
+            let mut st = TaskState::open_task(dir.path(), 9, idx, id, "n1").unwrap();
+            st.apply(&[RowUpdate::Granted {
+                idx,
+                id: id.into(),
+                attempt: 0,
+                xstream: 0,
+                ready_ns: 5,
+            }])
+            .unwrap();
+        }
+        assert!(one_task_path(dir.path(), 9, 4, "b/x").ends_with("4.b_x.task.sqlite"));
+        assert!(one_task_path(dir.path(), 9, 4, "b/x").exists());
+        let rows = TaskState::rows_of_tasks(dir.path(), 9).unwrap();
+        let ids: Vec<_> = rows.iter().map(|r| (r.idx, r.id.as_str())).collect();
+        assert_eq!(ids, vec![(1, "a"), (4, "b/x")]);
+        assert_eq!(rows[0].state, TaskPhase::Running);
+        assert!(TaskState::rows_of_tasks(dir.path(), 10).unwrap().is_empty());
     }
 }

@@ -14,12 +14,14 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, RwLock};
 
-use ferrite_proto::rpc_jobs::{read_frame, write_frame, TaskGrant, TaskResult, ToEngine, ToPeer};
+use ferrite_proto::rpc_jobs::{
+    read_frame, write_frame, TaskGrant, TaskResult, TaskRow, ToEngine, ToPeer,
+};
 
 use super::api::service_addr;
 use super::error::JobsError;
 use super::run::{decode_task, is_trivial, now_ns, run_task};
-use super::task_state::{RowUpdate, TaskState};
+use super::task_state::{Layout, RowUpdate, TaskState};
 use crate::client::Client;
 
 /// Updates handled per batch by the recorder.
@@ -36,6 +38,8 @@ pub struct WorkerConfig {
     pub xstreams: u32,
     /// Where the task state objects go.
     pub state_dir: PathBuf,
+    /// One task state file per task, or per job.
+    pub layout: Layout,
 }
 
 enum RecMsg {
@@ -79,11 +83,15 @@ pub fn run_worker(config: &WorkerConfig) -> Result<(), JobsError> {
     tracing::info!(node, xstreams, "worker joined");
     let revoked: Revoked = Arc::default();
     let (rec_tx, rec_rx) = mpsc::channel();
-    let dir = config.state_dir.clone();
-    let n = node.clone();
+    let objects = Objects {
+        dir: config.state_dir.clone(),
+        node: node.clone(),
+        layout: config.layout,
+        open: HashMap::new(),
+    };
     let recorder = std::thread::Builder::new()
         .name("worker-record".into())
-        .spawn(move || record_loop(&dir, &n, rec_rx, output))
+        .spawn(move || record_loop(objects, rec_rx, output))
         .map_err(JobsError::io("spawn"))?;
     let mut queues = Vec::new();
     let mut threads = Vec::new();
@@ -193,7 +201,7 @@ fn xstream_loop(rx: Receiver<Work>, rec: Sender<RecMsg>, revoked: Revoked) {
                     };
                     let _ = rec.send(RecMsg::Update(g.job, row));
                 }
-                run_task(&g, &spec, start_ns)
+                run_task(&g, &spec, start_ns, store.as_deref())
             }
             Err(error) => TaskResult {
                 job: g.job,
@@ -214,13 +222,74 @@ fn xstream_loop(rx: Receiver<Work>, rec: Sender<RecMsg>, revoked: Revoked) {
     }
 }
 
-fn record_loop(
-    dir: &std::path::Path,
-    node: &str,
-    rx: Receiver<RecMsg>,
-    mut out: BufWriter<TcpStream>,
-) {
-    let mut files: HashMap<u128, TaskState> = HashMap::new();
+/// The task state objects this node writes, open while their tasks run.
+struct Objects {
+    dir: PathBuf,
+    node: String,
+    layout: Layout,
+    /// (job, task index for [`Layout::PerTask`]) -> open file.
+    open: HashMap<(u128, Option<u32>), TaskState>,
+}
+
+impl Objects {
+    /// Applies one batch of updates of `job`, in one transaction per file.
+    fn apply(&mut self, job: u128, updates: Vec<RowUpdate>) -> Result<(), JobsError> {
+        if self.layout == Layout::PerJob {
+            return self.file(job, None, None)?.apply(&updates);
+        }
+        let mut by_task: HashMap<u32, Vec<RowUpdate>> = HashMap::new();
+        for u in updates {
+            by_task.entry(u.idx()).or_default().push(u);
+        }
+        for (idx, updates) in by_task {
+            let id = updates.iter().find_map(|u| match u {
+                RowUpdate::Granted { id, .. } => Some(id.as_str()),
+                _ => None,
+            });
+            self.file(job, Some(idx), id)?.apply(&updates)?;
+            if updates.last().is_some_and(RowUpdate::ends) {
+                self.open.remove(&(job, Some(idx)));
+            }
+        }
+        Ok(())
+    }
+
+    fn file(
+        &mut self,
+        job: u128,
+        idx: Option<u32>,
+        id: Option<&str>,
+    ) -> Result<&mut TaskState, JobsError> {
+        use std::collections::hash_map::Entry;
+        let st = match self.open.entry((job, idx)) {
+            Entry::Occupied(e) => return Ok(e.into_mut()),
+            Entry::Vacant(v) => v,
+        };
+        let file = match (idx, id) {
+            (None, _) => TaskState::open(&self.dir, job, &self.node)?,
+            (Some(idx), Some(id)) => TaskState::open_task(&self.dir, job, idx, id, &self.node)?,
+            (Some(idx), None) => {
+                return Err(JobsError::Unexpected(format!(
+                    "update of task {idx} of job {job:032x} before its grant"
+                )))
+            }
+        };
+        Ok(st.insert(file))
+    }
+
+    /// The rows of `job` this node holds.
+    fn rows(&self, job: u128) -> Result<Vec<TaskRow>, JobsError> {
+        match self.layout {
+            Layout::PerJob => match self.open.get(&(job, None)) {
+                Some(f) => f.rows(),
+                None => Ok(Vec::new()),
+            },
+            Layout::PerTask => TaskState::rows_of_tasks(&self.dir, job),
+        }
+    }
+}
+
+fn record_loop(mut objects: Objects, rx: Receiver<RecMsg>, mut out: BufWriter<TcpStream>) {
     while let Ok(first) = rx.recv() {
         let mut updates: HashMap<u128, Vec<RowUpdate>> = HashMap::new();
         let mut results = Vec::new();
@@ -254,17 +323,11 @@ fn record_loop(
             };
         }
         for (job, u) in updates {
-            let res = match files.entry(job) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut().apply(&u),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    TaskState::open(dir, job, node).and_then(|st| v.insert(st).apply(&u))
-                }
-            };
-            if let Err(e) = res {
+            if let Err(e) = objects.apply(job, u) {
                 tracing::error!("task state: {e}");
             }
         }
-        if send_batch(&mut out, &files, results, queries).is_err() {
+        if send_batch(&mut out, &objects, results, queries).is_err() {
             return;
         }
     }
@@ -272,7 +335,7 @@ fn record_loop(
 
 fn send_batch(
     out: &mut BufWriter<TcpStream>,
-    files: &HashMap<u128, TaskState>,
+    objects: &Objects,
     results: Vec<TaskResult>,
     queries: Vec<(u64, u128)>,
 ) -> Result<(), JobsError> {
@@ -280,14 +343,10 @@ fn send_batch(
         write_frame(out, &ToEngine::Finished { results })?;
     }
     for (query, job) in queries {
-        let rows = match files.get(&job).map(TaskState::rows) {
-            Some(Ok(rows)) => rows,
-            Some(Err(e)) => {
-                tracing::error!("task state: {e}");
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
+        let rows = objects.rows(job).unwrap_or_else(|e| {
+            tracing::error!("task state: {e}");
+            Vec::new()
+        });
         write_frame(out, &ToEngine::StatusRows { query, job, rows })?;
     }
     out.flush().map_err(JobsError::io("report"))

@@ -177,7 +177,13 @@ fn main() -> ExitCode {
             d.region_id, d.target, d.provider, d.kind, d.length, d.param
         );
     }
-    let jobs = match start_jobs(&jobs_listen, jobs_dir) {
+    // Workers store job outputs in this engine: the Unix socket (one-sided
+    // reads over shm for workers on this host), else TCP.
+    let store = engine
+        .urls()
+        .into_iter()
+        .min_by_key(|u| !u.starts_with("unix://"));
+    let jobs = match start_jobs(&jobs_listen, jobs_dir, store, engine.mesh()) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("ferrite-engine: job service: {e}");
@@ -201,18 +207,27 @@ fn main() -> ExitCode {
 }
 
 /// Starts the job service unless `listen` is empty; prints its address.
-fn start_jobs(listen: &str, state_dir: PathBuf) -> Result<Option<JobService>, String> {
+fn start_jobs(
+    listen: &str,
+    state_dir: PathBuf,
+    store: Option<String>,
+    mesh: &ferrite_xstream::Mesh,
+) -> Result<Option<JobService>, String> {
     if listen.is_empty() {
         return Ok(None);
     }
     let addr = listen
         .parse()
         .map_err(|e| format!("--jobs {listen:?}: {e}"))?;
-    let service = JobService::start(JobServiceConfig {
+    // The resource manager runs in the control task class of the last
+    // xstream (xstream 0 also accepts the engine's TCP connections).
+    let xstream = ferrite_xstream::XstreamId(mesh.len() - 1);
+    let config = JobServiceConfig {
         listen: addr,
+        store,
         ..JobServiceConfig::new(state_dir)
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    let service = JobService::start_on(config, mesh, xstream).map_err(|e| e.to_string())?;
     // Not a "listen URL" line: workers take the bare address.
     println!("jobs {}", service.addr());
     Ok(Some(service))

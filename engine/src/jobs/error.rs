@@ -62,10 +62,16 @@ pub enum JobError {
     NoSuchJob(u128),
     #[error("job id {0:032x} is taken")]
     JobIdTaken(u128),
+    #[error("job service xstream: {0}")]
+    Xstream(String),
 }
 
 impl JobError {
     pub(crate) fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> JobError {
         move |source| JobError::Io { what, source }
+    }
+
+    pub(crate) fn xstream(e: ferrite_xstream::Error) -> JobError {
+        JobError::Xstream(e.to_string())
     }
 }

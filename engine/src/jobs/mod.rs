@@ -7,8 +7,8 @@
 //!   machine over execution streams offered by the engine and by workers.
 //! - [`state`]: the job state object, a standalone SQLite file per job.
 //! - [`service`]: the listener that workers and the CLI talk to
-//!   (`ferrite_proto::rpc_jobs` frames), driving the manager from one
-//!   control thread fed by a channel.
+//!   (`ferrite_proto::rpc_jobs` frames), driving the manager from one task
+//!   in the control task class of an xstream, fed by mesh messages.
 //!
 //! ```
 //! use std::sync::Arc;

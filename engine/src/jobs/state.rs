@@ -7,7 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrite_proto::rpc_jobs::{JobPhase, JobSpec, TaskPhase, TaskRow, TASKS_TABLE_SQL};
+use ferrite_proto::rpc_jobs::{JobPhase, JobSpec, TaskRow, TASKS_TABLE_SQL};
+use ferrite_proto::state_sql::{select_rows, upsert_row};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::error::JobError;
@@ -26,8 +27,11 @@ pub struct JobMeta {
     pub submitted_ns: u64,
     pub ended_ns: Option<u64>,
     pub spec: JobSpec,
-    /// URL of the engine holding the task records, if they are stored there.
+    /// URL of the engine holding the job's output records (and its task
+    /// records when `records_in_store`).
     pub store: Option<String>,
+    /// Whether the task records are in `store` (else they ride in grants).
+    pub records_in_store: bool,
 }
 
 /// What a finished task left: its row and outputs.
@@ -184,6 +188,9 @@ impl JobState {
             ended_ns: num("ended_ns")?,
             spec,
             store: self.meta_value("store")?,
+            // Files written before the key existed kept a store only for
+            // task records.
+            records_in_store: self.meta_value("records")?.as_deref() != Some("inline"),
         })
     }
 
@@ -216,12 +223,14 @@ impl JobState {
         tx.commit().map_err(err)
     }
 
-    /// Records where the job's task records are stored.
-    pub fn set_store(&mut self, url: &str) -> Result<(), JobError> {
+    /// Records the engine holding the job's outputs, and whether its task
+    /// records are there too.
+    pub fn set_store(&mut self, url: &str, records_in_store: bool) -> Result<(), JobError> {
+        let records = if records_in_store { "store" } else { "inline" };
         self.conn
             .execute(
-                "INSERT OR REPLACE INTO job_meta(key, value) VALUES ('store', ?1)",
-                [url],
+                "INSERT OR REPLACE INTO job_meta(key, value) VALUES ('store', ?1), ('records', ?2)",
+                [url, records],
             )
             .map_err(self.sql_err())?;
         Ok(())
@@ -237,14 +246,13 @@ impl JobState {
         };
         let tx = self.conn.transaction().map_err(err)?;
         {
-            let mut row_stmt = tx.prepare_cached(UPSERT_ROW_SQL).map_err(err)?;
             let mut out_stmt = tx
                 .prepare_cached(
                     "INSERT OR REPLACE INTO outputs(idx, exit_code, stdout, stderr) VALUES (?1, ?2, ?3, ?4)",
                 )
                 .map_err(err)?;
             for o in outcomes {
-                let changed = upsert_row(&mut row_stmt, &o.row).map_err(err)?;
+                let changed = upsert_row(&tx, &o.row).map_err(err)?;
                 if changed > 0 && o.row.state.is_final() {
                     out_stmt
                         .execute(params![o.row.idx, o.row.exit_code, o.stdout, o.stderr])
@@ -257,16 +265,7 @@ impl JobState {
 
     /// Every task row, by index.
     pub fn rows(&self) -> Result<Vec<TaskRow>, JobError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!("SELECT {ROW_COLUMNS} FROM tasks ORDER BY idx"))
-            .map_err(self.sql_err())?;
-        let rows = stmt
-            .query_map([], row_from_sql)
-            .map_err(self.sql_err())?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(self.sql_err())?;
-        Ok(rows)
+        select_rows(&self.conn).map_err(self.sql_err())
     }
 
     /// Constraints as (before, after) task indices.
@@ -311,66 +310,11 @@ impl JobState {
     }
 }
 
-/// Columns of a [`TaskRow`] in `tasks`, in struct order.
-pub const ROW_COLUMNS: &str =
-    "idx, id, state, node, xstream, attempt, ready_ns, start_ns, end_ns, exit_code, error";
-
-const UPSERT_ROW_SQL: &str = "INSERT INTO tasks(idx, id, state, node, xstream, attempt, ready_ns, start_ns, end_ns, exit_code, error)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-     ON CONFLICT(idx) DO UPDATE SET id=excluded.id, state=excluded.state, node=excluded.node,
-       xstream=excluded.xstream, attempt=excluded.attempt, ready_ns=excluded.ready_ns,
-       start_ns=excluded.start_ns, end_ns=excluded.end_ns, exit_code=excluded.exit_code, error=excluded.error
-     WHERE excluded.attempt >= tasks.attempt";
-
-fn upsert_row(stmt: &mut rusqlite::CachedStatement<'_>, r: &TaskRow) -> rusqlite::Result<usize> {
-    stmt.execute(params![
-        r.idx,
-        r.id,
-        r.state.as_str(),
-        r.node,
-        r.xstream,
-        r.attempt,
-        r.ready_ns.map(|v| v as i64),
-        r.start_ns.map(|v| v as i64),
-        r.end_ns.map(|v| v as i64),
-        r.exit_code,
-        r.error
-    ])
-}
-
-/// Reads a [`TaskRow`] from a row selected with [`ROW_COLUMNS`].
-pub fn row_from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRow> {
-    let state: String = r.get(2)?;
-    let state = TaskPhase::parse(&state).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            2,
-            rusqlite::types::Type::Text,
-            format!("unknown task state {state:?}").into(),
-        )
-    })?;
-    let ns = |i: usize| -> rusqlite::Result<Option<u64>> {
-        Ok(r.get::<_, Option<i64>>(i)?.map(|v| v as u64))
-    };
-    Ok(TaskRow {
-        idx: r.get(0)?,
-        id: r.get(1)?,
-        state,
-        node: r.get(3)?,
-        xstream: r.get(4)?,
-        attempt: r.get(5)?,
-        ready_ns: ns(6)?,
-        start_ns: ns(7)?,
-        end_ns: ns(8)?,
-        exit_code: r.get(9)?,
-        error: r.get(10)?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::jobs::spec::parse_spec;
-    use ferrite_proto::rpc_jobs::SpecFormat;
+    use ferrite_proto::rpc_jobs::{SpecFormat, TaskPhase};
 
     fn graph() -> JobGraph {
         let s = parse_spec(

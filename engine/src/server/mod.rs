@@ -252,6 +252,12 @@ impl EngineHandle {
         Ok(())
     }
 
+    /// The mesh of the engine's xstreams (services that run tasks on
+    /// them, like the job service's resource manager, send them there).
+    pub fn mesh(&self) -> &Mesh {
+        &self.shared.mesh
+    }
+
     /// The bound TCP address, if TCP is enabled.
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp

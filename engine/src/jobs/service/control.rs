@@ -1,13 +1,15 @@
-//! The control thread: owns the resource manager, turns frames into events
-//! and actions into frames.
+//! The control task (control task class of an xstream): owns the resource
+//! manager, turns frames into events and actions into frames.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use ferrite_proto::rpc_jobs::{JobSummary, SpecFormat, ToEngine, ToPeer};
+use futures::channel::mpsc::UnboundedReceiver;
+use futures::StreamExt;
 
 use super::gather::{Gather, Watch};
 use super::recorder::{self, RecordCmd};
@@ -41,8 +43,10 @@ pub(super) struct Control {
     pub dirty: HashSet<u128>,
     /// `WaitResources` requests not yet satisfied: (conn, nodes wanted).
     resource_waits: Vec<(ConnId, u32)>,
-    /// Jobs whose task records are in an engine: job -> engine URL.
-    stores: HashMap<u128, String>,
+    /// Jobs with an engine store: job -> (URL, task records there too).
+    pub stores: HashMap<u128, (String, bool)>,
+    /// Store of jobs submitted without one.
+    default_store: Option<String>,
     /// `Wait` requests: (conn, job).
     waiters: Vec<(ConnId, u128)>,
 }
@@ -71,6 +75,7 @@ impl Control {
             resource_waits: Vec::new(),
             waiters: Vec::new(),
             stores: HashMap::new(),
+            default_store: config.store.clone(),
         };
         me.restore()?;
         Ok(me)
@@ -98,7 +103,7 @@ impl Control {
                 continue;
             }
             if let Some(url) = meta.store {
-                self.stores.insert(meta.job, url);
+                self.stores.insert(meta.job, (url, meta.records_in_store));
             }
             let graph = Arc::new(JobGraph::build(meta.job, meta.spec)?);
             let mut restored = Vec::new();
@@ -117,8 +122,10 @@ impl Control {
         Ok(())
     }
 
-    pub fn run(mut self, rx: Receiver<Input>) {
-        'outer: while let Ok(first) = rx.recv() {
+    /// The control task: waits for inputs, handles each batch, then sends
+    /// what the manager decided. Runs until [`Input::Stop`].
+    pub async fn run(mut self, mut rx: UnboundedReceiver<Input>) {
+        'outer: while let Some(first) = rx.next().await {
             let mut next = Some(first);
             let mut handled = 0;
             while let Some(input) = next {
@@ -127,10 +134,9 @@ impl Control {
                 }
                 self.input(input);
                 handled += 1;
-                next = if handled < BATCH_INPUTS {
-                    rx.try_recv().ok()
-                } else {
-                    None
+                next = match handled < BATCH_INPUTS {
+                    true => rx.try_recv().ok(),
+                    false => None,
                 };
             }
             self.flush_actions();
@@ -138,7 +144,10 @@ impl Control {
             if !self.waiters.is_empty() {
                 self.answer_waiters();
             }
+            // Let the xstream's other tasks run between batches.
+            ferrite_xstream::yield_now().await;
         }
+        rx.close();
         self.flush_actions();
         self.conns.clear();
         self.recorder = None;
@@ -328,9 +337,10 @@ impl Control {
         let graph = Arc::new(JobGraph::build(job, spec)?);
         let path = job_state_path(&self.state_dir, job);
         let mut st = JobState::create(&path, &graph, now_ns())?;
-        if let Some(url) = store {
-            st.set_store(&url)?;
-            self.stores.insert(job, url);
+        let records_in_store = store.is_some();
+        if let Some(url) = store.or_else(|| self.default_store.clone()) {
+            st.set_store(&url, records_in_store)?;
+            self.stores.insert(job, (url, records_in_store));
         }
         self.rm.handle(
             Event::JobSubmitted {
@@ -405,11 +415,15 @@ impl Control {
             };
             if let Some(c) = self.conns.get(&conn) {
                 let graph = graph.clone();
-                let store = self.stores.get(&job).cloned();
+                let (store, inline) = match self.stores.get(&job) {
+                    Some((url, records)) => (Some(url.clone()), !records),
+                    None => (None, true),
+                };
                 let _ = c.tx.send(Out::Grant {
                     graph,
                     tasks,
                     store,
+                    inline,
                 });
             }
         }

@@ -164,6 +164,7 @@ impl Control {
             tasks,
             edges: graph.edges(),
             answered,
+            store: self.stores.get(&job).map(|s| s.0.clone()),
         })
     }
 
@@ -202,5 +203,6 @@ fn archived_status(path: &std::path::Path) -> Result<JobStatus, JobError> {
         tasks: st.rows()?,
         edges: st.edges()?,
         answered: Vec::new(),
+        store: meta.store,
     })
 }

@@ -1,8 +1,10 @@
 //! The job service: a TCP listener (127.0.0.1 by default) for workers and
-//! the CLI, one control thread that owns the resource manager, one recorder
-//! thread that owns the job state files, and a reader and a writer thread per
-//! connection. Threads talk through channels only: the control thread blocks
-//! on its channel and wakes for each message — no polling anywhere.
+//! the CLI; the resource manager as one task in the control task class of
+//! an xstream (the engine's own, or one the service starts when it runs by
+//! itself); one recorder thread that owns the job state files; a reader and
+//! a writer thread per connection. Inputs reach the control task as
+//! messages on the xstream mesh, and it wakes for each batch of them — no
+//! polling anywhere.
 
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Write};
@@ -14,6 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use ferrite_proto::rpc_jobs::{read_frame, write_frame, TaskGrant, ToEngine, ToPeer};
+use ferrite_xstream::{Mesh, TaskClass, XstreamConfig, XstreamId, XstreamSet};
+use futures::channel::mpsc::{unbounded, UnboundedSender};
+use futures::channel::oneshot;
 
 use super::error::JobError;
 use super::rm::Assignment;
@@ -34,6 +39,10 @@ pub struct JobServiceConfig {
     pub coordinator_slots: u32,
     /// Tasks granted to one execution stream at once.
     pub depth: u32,
+    /// Engine URL where workers store the outputs of jobs submitted
+    /// without one (`ferrite-engine` gives its own); `None` keeps them in
+    /// the job state file.
+    pub store: Option<String>,
 }
 
 impl JobServiceConfig {
@@ -43,6 +52,7 @@ impl JobServiceConfig {
             state_dir,
             coordinator_slots: 16,
             depth: 64,
+            store: None,
         }
     }
 }
@@ -55,12 +65,14 @@ enum Out {
     Grant {
         graph: Arc<JobGraph>,
         tasks: Vec<Assignment>,
-        /// Where the task records are, when not sent inline.
+        /// The engine holding the job's outputs.
         store: Option<String>,
+        /// Whether the task records go in the grant (else: fetch from `store`).
+        inline: bool,
     },
 }
 
-/// What the control thread is told.
+/// What the control task is told.
 enum Input {
     Connected { conn: ConnId, tx: Sender<Out> },
     Frame { conn: ConnId, msg: ToEngine },
@@ -68,14 +80,50 @@ enum Input {
     Stop,
 }
 
+/// Where the control task runs: inputs go there as mesh messages, each
+/// handing its input to the task through a channel local to that xstream
+/// (so the task's wake-up is a local one).
+#[derive(Clone)]
+struct Inbox {
+    mesh: Mesh,
+    xstream: XstreamId,
+    tx: UnboundedSender<Input>,
+}
+
+impl Inbox {
+    /// Hands `input` to the control task; waits while its mailbox is full.
+    /// False once the control task or its xstreams are gone.
+    fn send(&self, input: Input) -> bool {
+        let tx = self.tx.clone();
+        let push = self
+            .mesh
+            .send(self.xstream, TaskClass::Control, move || async move {
+                let _ = tx.unbounded_send(input);
+            });
+        futures::executor::block_on(push).is_ok() && !self.tx.is_closed()
+    }
+}
+
 /// A running job service.
-#[derive(Debug)]
 pub struct JobService {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    control_tx: Sender<Input>,
+    inbox: Inbox,
+    /// Resolves when the control task has ended (or is gone).
+    control_done: Option<oneshot::Receiver<()>>,
+    /// The xstream the service started for itself, if not given one.
+    own_xstreams: Option<XstreamSet>,
     streams: Arc<Mutex<HashMap<ConnId, TcpStream>>>,
     threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for JobService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobService")
+            .field("addr", &self.addr)
+            .field("xstream", &self.inbox.xstream)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Input {
@@ -85,26 +133,59 @@ impl std::fmt::Debug for Input {
 }
 
 impl JobService {
-    /// Starts the service; jobs found unfinished in `state_dir` are queued
-    /// again (their done tasks are not run again).
+    /// Starts the service on an xstream of its own (one pinned thread);
+    /// jobs found unfinished in `state_dir` are queued again (their done
+    /// tasks are not run again).
     pub fn start(config: JobServiceConfig) -> Result<Self, JobError> {
+        let allowed = ferrite_xstream::allowed_cores().map_err(JobError::xstream)?;
+        let core = allowed.last().copied().unwrap_or(0);
+        let xs_config = XstreamConfig {
+            name: "jobs".into(),
+            io_memory_bytes: ferrite_xstream::MIN_IO_MEMORY_BYTES,
+            ..XstreamConfig::default().with_cores(vec![core])
+        };
+        let set = XstreamSet::start(xs_config).map_err(JobError::xstream)?;
+        let mesh = set.mesh().clone();
+        let mut me = Self::start_on(config, &mesh, XstreamId(0))?;
+        me.own_xstreams = Some(set);
+        Ok(me)
+    }
+
+    /// Starts the service with its resource manager in the control task
+    /// class of xstream `xstream` of `mesh` (the engine's).
+    pub fn start_on(
+        config: JobServiceConfig,
+        mesh: &Mesh,
+        xstream: XstreamId,
+    ) -> Result<Self, JobError> {
         std::fs::create_dir_all(&config.state_dir).map_err(JobError::io("create state dir"))?;
         let listener = TcpListener::bind(config.listen).map_err(JobError::io("bind"))?;
         let addr = listener.local_addr().map_err(JobError::io("local addr"))?;
-        let (control_tx, control_rx) = mpsc::channel();
         let control = control::Control::new(&config)?;
+        let (tx, rx) = unbounded();
+        let inbox = Inbox {
+            mesh: mesh.clone(),
+            xstream,
+            tx,
+        };
+        let (done_tx, control_done) = oneshot::channel();
+        let started = mesh.send(xstream, TaskClass::Control, move || async move {
+            control.run(rx).await;
+            let _ = done_tx.send(());
+        });
+        futures::executor::block_on(started).map_err(JobError::xstream)?;
         let stop = Arc::new(AtomicBool::new(false));
         let streams = Arc::new(Mutex::new(HashMap::new()));
-        let mut threads = Vec::new();
-        threads.push(spawn("jobs-control", move || control.run(control_rx))?);
-        let (tx, st, sp) = (control_tx.clone(), streams.clone(), stop.clone());
-        threads.push(spawn("jobs-listen", move || {
-            accept_loop(listener, tx, st, sp)
-        })?);
+        let (ib, st, sp) = (inbox.clone(), streams.clone(), stop.clone());
+        let threads = vec![spawn("jobs-listen", move || {
+            accept_loop(listener, ib, st, sp)
+        })?];
         Ok(Self {
             addr,
             stop,
-            control_tx,
+            inbox,
+            control_done: Some(control_done),
+            own_xstreams: None,
             streams,
             threads,
         })
@@ -123,7 +204,12 @@ impl JobService {
 
     fn stop_now(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = self.control_tx.send(Input::Stop);
+        self.inbox.send(Input::Stop);
+        if let Some(done) = self.control_done.take() {
+            if futures::executor::block_on(done).is_err() {
+                tracing::warn!("job service control task ended without stopping");
+            }
+        }
         let _ = TcpStream::connect(self.addr); // wakes the accept loop
         if let Ok(streams) = self.streams.lock() {
             for s in streams.values() {
@@ -133,12 +219,17 @@ impl JobService {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        if let Some(set) = self.own_xstreams.take() {
+            if let Err(e) = set.shutdown() {
+                tracing::warn!("job service xstream: {e}");
+            }
+        }
     }
 }
 
 impl Drop for JobService {
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
+        if self.control_done.is_some() || !self.threads.is_empty() {
             self.stop_now();
         }
     }
@@ -153,7 +244,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
 
 fn accept_loop(
     listener: TcpListener,
-    control: Sender<Input>,
+    control: Inbox,
     streams: Arc<Mutex<HashMap<ConnId, TcpStream>>>,
     stop: Arc<AtomicBool>,
 ) {
@@ -174,7 +265,7 @@ fn accept_loop(
             s.insert(conn, keep);
         }
         let (tx, rx) = mpsc::channel();
-        if control.send(Input::Connected { conn, tx }).is_err() {
+        if !control.send(Input::Connected { conn, tx }) {
             break;
         }
         let c = control.clone();
@@ -196,12 +287,12 @@ fn accept_loop(
     }
 }
 
-fn read_loop(conn: ConnId, stream: TcpStream, control: Sender<Input>) {
+fn read_loop(conn: ConnId, stream: TcpStream, control: Inbox) {
     let mut input = BufReader::with_capacity(1 << 16, stream);
     loop {
         match read_frame::<_, ToEngine>(&mut input) {
             Ok(Some(msg)) => {
-                if control.send(Input::Frame { conn, msg }).is_err() {
+                if !control.send(Input::Frame { conn, msg }) {
                     break;
                 }
             }
@@ -249,14 +340,21 @@ fn write_out(out: &mut impl Write, item: Out) -> Result<(), JobError> {
             graph,
             tasks,
             store,
+            inline,
         } => {
-            let inline = store.is_none();
             let tasks = tasks
                 .into_iter()
                 .map(|a| {
                     let (addr, record) = match inline {
                         true => graph.record(a.idx),
                         false => (0, &[][..]),
+                    };
+                    let inputs = match store {
+                        Some(_) => graph.inputs[a.idx as usize]
+                            .iter()
+                            .map(|&p| graph.id(p).to_string())
+                            .collect(),
+                        None => Vec::new(),
                     };
                     TaskGrant {
                         job: a.job,
@@ -268,6 +366,7 @@ fn write_out(out: &mut impl Write, item: Out) -> Result<(), JobError> {
                         addr,
                         record: record.to_vec(),
                         stdin: a.stdin,
+                        inputs,
                     }
                 })
                 .collect();
