@@ -111,11 +111,20 @@ fn config_from(args: &Args) -> Config {
     config
 }
 
+/// Client options of a run: a pooled connection per task, so that tasks never wait on
+/// another task's connection.
+fn client_options(args: &Args) -> ferrite_client::client::ClientOptions {
+    let mut options = ferrite_client::client::ClientOptions::default();
+    options.connections = options.connections.max(config_from(args).tasks);
+    options
+}
+
 /// The engine at `--engine`, or an embedded one; with a description for the report.
 fn connect(args: &Args) -> anyhow::Result<(Client, String)> {
     match args.engine.as_deref() {
         Some(url) => {
-            let client = Client::connect(url).with_context(|| format!("connect to {url}"))?;
+            let client = Client::connect_with(url, client_options(args))
+                .with_context(|| format!("connect to {url}"))?;
             Ok((client, format!("ferrite:{url}")))
         }
         None => embedded(args),
@@ -126,7 +135,7 @@ fn connect(args: &Args) -> anyhow::Result<(Client, String)> {
 /// in production, sized for the run.
 #[cfg(feature = "embedded")]
 fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
-    let options = ferrite_client::client::ClientOptions::default();
+    let options = client_options(args);
     let size = args.embedded_bdev_size;
     let xstreams = args.embedded_xstreams;
     let durability = match args.embedded_durability {
@@ -137,6 +146,11 @@ fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
         config.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={size}");
         config.xstreams = xstreams;
         config.durability = durability;
+        // Room for a run's entries in the index (mdtest makes hundreds of thousands) and a
+        // ring big enough that recent entries are still read one-sided.
+        config.cache.ring_bytes = ferrite_engine::config::Size(256 << 20);
+        config.cache.buckets = 1 << 20;
+        config.cache.overflow_buckets = 1 << 18;
     })
     .context("start an embedded engine")?;
     let targets = client.targets().len();

@@ -233,31 +233,53 @@ impl Client {
 
     /// GETs of many keys at once: `outs[i]` gets the value of `keys[i]` and
     /// the result says its version (`None` = absent). One-sided lookups
-    /// overlap their memory accesses (prefetch); fallbacks go by RPC one by
-    /// one.
+    /// overlap their memory accesses (prefetch); the keys that need the
+    /// engine go to it together, in batches.
     pub fn get_many_into(
         &self,
         keys: &[RecordKey<'_>],
         outs: &mut [Vec<u8>],
     ) -> Result<Vec<Result<Option<u64>>>> {
-        let Some(reader) = &self.reader else {
-            return Ok(keys
-                .iter()
-                .zip(outs.iter_mut())
-                .map(|(k, o)| self.get_into(k, o))
-                .collect());
+        let mut results: Vec<Option<Result<Option<u64>>>> = match &self.reader {
+            None => (0..keys.len()).map(|_| None).collect(),
+            Some(reader) => {
+                self.check_alive("get")?;
+                reader
+                    .get_many_into(keys, outs, &self.counters)?
+                    .into_iter()
+                    .map(|l| match l {
+                        Lookup::Found { version } => Some(Ok(Some(version))),
+                        Lookup::Absent => Some(Ok(None)),
+                        Lookup::Fallback(_) => None,
+                    })
+                    .collect()
+            }
         };
-        self.check_alive("get")?;
-        let lookups = reader.get_many_into(keys, outs, &self.counters)?;
-        Ok(lookups
-            .into_iter()
-            .zip(keys.iter().zip(outs.iter_mut()))
-            .map(|(l, (k, out))| match l {
-                Lookup::Found { version } => Ok(Some(version)),
-                Lookup::Absent => Ok(None),
-                Lookup::Fallback(_) => self.fetch_into(k, out),
+        let missing: Vec<usize> = (0..keys.len()).filter(|&i| results[i].is_none()).collect();
+        let fetches: Vec<Request> = missing
+            .iter()
+            .map(|&i| {
+                let k = &keys[i];
+                Request::Fetch {
+                    key: Key::new(k.container, k.object, k.dkey, k.akey),
+                }
             })
-            .collect())
+            .collect();
+        let replies = match fetches.len() {
+            0 => Vec::new(),
+            1 => vec![self.request(&fetches[0])?],
+            _ => self.batch(fetches)?,
+        };
+        for (&i, r) in missing.iter().zip(replies) {
+            results[i] = Some(reply::value("get", r).map(|found| {
+                found.map(|f| {
+                    outs[i].clear();
+                    outs[i].extend_from_slice(&f.value);
+                    f.version
+                })
+            }));
+        }
+        Ok(results.into_iter().map(|r| r.unwrap_or(Ok(None))).collect())
     }
 
     /// The shm regions stay mapped after the engine dies: refuse to serve

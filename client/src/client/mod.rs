@@ -25,7 +25,7 @@ pub mod counters;
 pub mod error;
 pub mod handle;
 pub mod onesided;
-mod reply;
+pub(crate) mod reply;
 pub mod url;
 pub mod waiter;
 

@@ -91,25 +91,91 @@ impl Namespace {
         Key::new(self.container, object, &chunk_dkey(index), CHUNK_AKEY)
     }
 
+    /// The extent writes of `data` at `offset` of the file, one per chunk piece.
+    fn write_requests(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> Vec<Request> {
+        let chunk = u64::from(fh.entry.chunk_size);
+        pieces(chunk, offset, data.len())
+            .map(|(index, within, pos, n)| Request::ExtentWrite {
+                key: self.chunk_key(fh.entry.object, index),
+                offset: within,
+                data: data[pos..pos + n].to_vec(),
+            })
+            .collect()
+    }
+
+    /// Notes that `fh` wrote up to `end` (published by the next close).
+    fn note_written(fh: &FileHandle, end: u64) {
+        fh.written_end.fetch_max(end, Ordering::AcqRel);
+        fh.dirty.store(true, Ordering::Release);
+    }
+
     /// Writes `data` at `offset` of the file; chunks are written in parallel.
     pub fn write(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> FsResult<()> {
-        let chunk = u64::from(fh.entry.chunk_size);
-        let futures: Vec<_> = pieces(chunk, offset, data.len())
-            .map(|(index, within, pos, n)| {
-                self.client.request_async(&Request::ExtentWrite {
-                    key: self.chunk_key(fh.entry.object, index),
-                    offset: within,
-                    data: data[pos..pos + n].to_vec(),
-                })
-            })
+        futures::executor::block_on(self.write_async(fh, offset, data))
+    }
+
+    /// Sends the writes of `data` at `offset` now (chunks in parallel) and
+    /// resolves when all are acknowledged. Issuing several before awaiting
+    /// any pipelines them; a `close` or `publish` must come after every
+    /// one of them resolved.
+    pub fn write_async(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> impl std::future::Future<Output = FsResult<()>> + Send + 'static {
+        let futures: Vec<_> = self
+            .write_requests(fh, offset, data)
+            .iter()
+            .map(|r| self.client.request_async(r))
             .collect();
-        for r in futures::executor::block_on(futures::future::join_all(futures)) {
-            expect_version(&fh.name, r)?;
+        Self::note_written(fh, offset + data.len() as u64);
+        let name = fh.name.clone();
+        async move {
+            for r in futures::future::join_all(futures).await {
+                expect_version(&name, r)?;
+            }
+            Ok(())
         }
-        fh.written_end
-            .fetch_max(offset + data.len() as u64, Ordering::AcqRel);
-        fh.dirty.store(true, Ordering::Release);
-        Ok(())
+    }
+
+    /// Writes `data` at `offset` and closes the handle in one round trip:
+    /// the extent writes and the entry's new size go to the engine as one
+    /// batch. Once this returns, every client reads the data back (a reader
+    /// opening the file while this runs may see the new size before the
+    /// data, as with any write racing an open).
+    pub fn write_and_close(&self, fh: FileHandle, offset: u64, data: &[u8]) -> FsResult<()> {
+        let mut requests = self.write_requests(&fh, offset, data);
+        let writes = requests.len();
+        let end = offset + data.len() as u64;
+        Self::note_written(&fh, end);
+        let mut grown = fh.entry.clone();
+        grown.size = grown.size.max(fh.written_end.load(Ordering::Acquire));
+        grown.mtime_ns = now_ns();
+        let seen = fh.version.load(Ordering::Acquire);
+        requests.push(Request::CondUpdate {
+            key: self.entry_key(fh.dir, &fh.name),
+            expected_version: seen,
+            value: grown.encode(),
+        });
+        let mut replies = self
+            .client
+            .batch(requests)
+            .map_err(client_err(fh.name.clone()))?;
+        let cond = replies.pop();
+        for r in replies.into_iter().take(writes) {
+            expect_version(&fh.name, Ok(r))?;
+        }
+        let cond = cond.ok_or_else(|| FsError::Invalid(fh.name.clone(), "short batch reply"))?;
+        match crate::client::reply::cond(seen, cond) {
+            Ok(_) => {
+                fh.dirty.store(false, Ordering::Release);
+                Ok(())
+            }
+            // Someone else changed the entry since open: merge the size in.
+            Err(ClientError::VersionMismatch { .. }) => self.publish(&fh),
+            Err(e) => Err(client_err(fh.name.clone())(e)),
+        }
     }
 
     /// Reads into `buf` from `offset`, up to the file's size; returns bytes read.
@@ -174,12 +240,7 @@ impl Namespace {
         let mut fast = fh.entry.clone();
         fast.size = fast.size.max(end);
         fast.mtime_ns = now_ns();
-        let key = Key::new(
-            self.container,
-            fh.dir,
-            fh.name.as_bytes(),
-            super::entry::ENTRY_AKEY,
-        );
+        let key = self.entry_key(fh.dir, &fh.name);
         let seen = fh.version.load(Ordering::Acquire);
         match self.client.put_if_version(&key, seen, &fast.encode()) {
             Ok(v) => {

@@ -3,10 +3,90 @@
 
 use super::{EntryKind as FsKind, FileHandle, FsError, Namespace, ROOT_OBJECT};
 use crate::io500::backend::{DirEntry, EntryKind, FileStat, Io500Backend};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::io;
-use std::sync::RwLock;
+use std::pin::Pin;
+use std::sync::{Mutex, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
+
+/// A write no bigger than this, first on its handle, waits for the close and
+/// goes with the new size in one batch (mdtest-hard: create, then write and
+/// close in one round trip).
+const DEFERRED_WRITE_MAX: usize = 64 << 10;
+/// Writes in flight per open file before `write_at` waits for the oldest
+/// (write-behind: IOR's transfers pipeline on the connection).
+const WRITES_IN_FLIGHT_MAX: usize = 64;
+/// Bytes in flight per open file before `write_at` waits for the oldest.
+const BYTES_IN_FLIGHT_MAX: usize = 16 << 20;
+
+type PendingWrite = Pin<Box<dyn Future<Output = super::FsResult<()>> + Send>>;
+
+/// An open file of the IO500 backend: the namespace's handle plus its
+/// write-behind state. Every write is acknowledged (or its error reported)
+/// before `sync`, `close` or a `read_at` through the same handle returns.
+pub struct FerriteFile {
+    fh: FileHandle,
+    state: Mutex<WriteBehind>,
+}
+
+#[derive(Default)]
+struct WriteBehind {
+    /// The deferred first write (offset, data), sent at close or by the next call.
+    deferred: Option<(u64, Vec<u8>)>,
+    /// Sent writes not yet awaited, oldest first, with their sizes.
+    in_flight: VecDeque<(usize, PendingWrite)>,
+    bytes_in_flight: usize,
+    /// Whether any write was issued through the handle (only the first may be deferred).
+    wrote: bool,
+}
+
+impl FerriteFile {
+    fn new(fh: FileHandle) -> Self {
+        Self {
+            fh,
+            state: Mutex::new(WriteBehind::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, WriteBehind> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl WriteBehind {
+    fn send(&mut self, ns: &Namespace, fh: &FileHandle, offset: u64, data: &[u8]) {
+        self.in_flight
+            .push_back((data.len(), Box::pin(ns.write_async(fh, offset, data))));
+        self.bytes_in_flight += data.len();
+    }
+
+    /// Takes the writes beyond the in-flight limits (all with `all`), oldest first.
+    fn take_excess(&mut self, all: bool) -> Vec<PendingWrite> {
+        let mut out = Vec::new();
+        while !self.in_flight.is_empty()
+            && (all
+                || self.in_flight.len() > WRITES_IN_FLIGHT_MAX
+                || self.bytes_in_flight > BYTES_IN_FLIGHT_MAX)
+        {
+            if let Some((n, f)) = self.in_flight.pop_front() {
+                self.bytes_in_flight -= n;
+                out.push(f);
+            }
+        }
+        out
+    }
+}
+
+/// Awaits `writes`, all of them, and returns the first failure.
+fn wait_all(writes: Vec<PendingWrite>) -> io::Result<()> {
+    let results = futures::executor::block_on(futures::future::join_all(writes));
+    results
+        .into_iter()
+        .collect::<Result<Vec<()>, _>>()
+        .map(|_| ())
+        .map_err(FsError::into_io)
+}
 
 /// The namespace as an IO500 backend. Directory objects made through it are
 /// cached by path (the runner makes every parent through the same value).
@@ -27,6 +107,18 @@ impl FerriteBackend {
 
     pub fn namespace(&self) -> &Namespace {
         &self.ns
+    }
+
+    /// Sends the deferred write and waits for every write of `file`.
+    fn flush(&self, file: &FerriteFile) -> io::Result<()> {
+        let pending = {
+            let mut st = file.state();
+            if let Some((o, d)) = st.deferred.take() {
+                st.send(&self.ns, &file.fh, o, &d);
+            }
+            st.take_excess(true)
+        };
+        wait_all(pending)
     }
 
     /// Splits `path` into its parent directory's object and the last name.
@@ -73,10 +165,14 @@ fn kind_of(k: FsKind) -> EntryKind {
 }
 
 impl Io500Backend for FerriteBackend {
-    type File = FileHandle;
+    type File = FerriteFile;
 
     fn describe(&self) -> String {
         self.description.clone()
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.ns.client().counters().rpc_requests)
     }
 
     fn mkdir(&self, path: &str) -> io::Result<()> {
@@ -100,32 +196,65 @@ impl Io500Backend for FerriteBackend {
         Ok(())
     }
 
-    fn create(&self, path: &str) -> io::Result<FileHandle> {
+    fn create(&self, path: &str) -> io::Result<FerriteFile> {
         let (parent, name) = self.parent_of(path)?;
         self.ns
             .create(parent, name, 0o644)
+            .map(FerriteFile::new)
             .map_err(FsError::into_io)
     }
 
-    fn open(&self, path: &str) -> io::Result<FileHandle> {
+    fn open(&self, path: &str) -> io::Result<FerriteFile> {
         let (parent, name) = self.parent_of(path)?;
-        self.ns.open(parent, name).map_err(FsError::into_io)
+        self.ns
+            .open(parent, name)
+            .map(FerriteFile::new)
+            .map_err(FsError::into_io)
     }
 
-    fn write_at(&self, file: &FileHandle, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.ns.write(file, offset, data).map_err(FsError::into_io)
+    fn write_at(&self, file: &FerriteFile, offset: u64, data: &[u8]) -> io::Result<()> {
+        let mut st = file.state();
+        if !st.wrote && data.len() <= DEFERRED_WRITE_MAX {
+            st.wrote = true;
+            st.deferred = Some((offset, data.to_vec()));
+            return Ok(());
+        }
+        st.wrote = true;
+        if let Some((o, d)) = st.deferred.take() {
+            st.send(&self.ns, &file.fh, o, &d);
+        }
+        st.send(&self.ns, &file.fh, offset, data);
+        let excess = st.take_excess(false);
+        drop(st);
+        wait_all(excess)
     }
 
-    fn read_at(&self, file: &FileHandle, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
-        self.ns.read(file, offset, buf).map_err(FsError::into_io)
+    fn read_at(&self, file: &FerriteFile, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.flush(file)?;
+        self.ns
+            .read(&file.fh, offset, buf)
+            .map_err(FsError::into_io)
     }
 
-    fn sync(&self, file: &FileHandle) -> io::Result<()> {
-        self.ns.fsync(file).map_err(FsError::into_io)
+    fn sync(&self, file: &FerriteFile) -> io::Result<()> {
+        self.flush(file)?;
+        self.ns.fsync(&file.fh).map_err(FsError::into_io)
     }
 
-    fn close(&self, file: FileHandle) -> io::Result<()> {
-        self.ns.close(file).map_err(FsError::into_io)
+    fn close(&self, file: FerriteFile) -> io::Result<()> {
+        let (deferred, pending) = {
+            let mut st = file.state();
+            (st.deferred.take(), st.take_excess(true))
+        };
+        let waited = wait_all(pending);
+        let closed = match deferred {
+            Some((offset, data)) if waited.is_ok() => {
+                self.ns.write_and_close(file.fh, offset, &data)
+            }
+            _ => self.ns.close(file.fh),
+        };
+        waited?;
+        closed.map_err(FsError::into_io)
     }
 
     fn stat(&self, path: &str) -> io::Result<FileStat> {

@@ -371,11 +371,9 @@ impl Namespace {
         let mut after: Option<String> = None;
         loop {
             let (names, more) = self.readdir_page(dir, after.as_deref(), READDIR_PAGE)?;
-            for name in &names {
-                match self.lookup(dir, name) {
-                    Ok(e) => visit(name, e)?,
-                    Err(FsError::NotFound(_)) => {} // removed while listing
-                    Err(e) => return Err(e),
+            for (name, e) in names.iter().zip(self.lookup_many(dir, &names)?) {
+                if let Some(e) = e {
+                    visit(name, e)?; // None: removed while listing
                 }
             }
             match names.last() {
@@ -383,6 +381,29 @@ impl Namespace {
                 _ => return Ok(()),
             }
         }
+    }
+
+    /// The entries `names` of `dir` at once (one-sided reads overlapped,
+    /// the rest in one batch); `None` for names that are gone.
+    pub fn lookup_many(&self, dir: u128, names: &[String]) -> FsResult<Vec<Option<Entry>>> {
+        let keys: Vec<Key> = names.iter().map(|n| self.entry_key(dir, n)).collect();
+        let record_keys: Vec<_> = keys.iter().map(Key::as_record_key).collect();
+        let mut values = vec![Vec::new(); keys.len()];
+        let found = self
+            .client
+            .get_many_into(&record_keys, &mut values)
+            .map_err(client_err("readdir"))?;
+        found
+            .into_iter()
+            .zip(values.iter().zip(names))
+            .map(|(r, (value, name))| match r {
+                Ok(Some(_)) => Entry::decode(value)
+                    .map(Some)
+                    .map_err(|e| FsError::Corrupt(name.clone(), e)),
+                Ok(None) => Ok(None),
+                Err(e) => Err(client_err(format!("lookup {name}"))(e)),
+            })
+            .collect()
     }
 
     /// Changes mode, owner or times of `name` in `dir` (None = unchanged).

@@ -121,4 +121,10 @@ pub trait Io500Backend: Send + Sync {
         path: &str,
         visit: &mut dyn FnMut(DirEntry) -> io::Result<()>,
     ) -> io::Result<()>;
+
+    /// Requests sent to the storage so far (a batch of requests counts once), for the
+    /// per-phase round trips of the report; `None` when the backend does not count them.
+    fn round_trips(&self) -> Option<u64> {
+        None
+    }
 }

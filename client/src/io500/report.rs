@@ -49,19 +49,21 @@ impl RunReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:<20} {:>12} {:<6} {:>9} {:>12} {:>8}",
-            "phase", "value", "unit", "seconds", "ops", "errors"
+            "{:<20} {:>12} {:<6} {:>9} {:>12} {:>8} {:>8}",
+            "phase", "value", "unit", "seconds", "ops", "errors", "rt/op"
         );
         for p in &self.phases {
             let _ = writeln!(
                 out,
-                "{:<20} {:>12.3} {:<6} {:>9.2} {:>12} {:>8}",
+                "{:<20} {:>12.3} {:<6} {:>9.2} {:>12} {:>8} {:>8}",
                 p.name,
                 p.value,
                 p.unit.label(),
                 p.seconds,
                 p.ops,
-                p.errors
+                p.errors,
+                p.round_trips_per_op()
+                    .map_or_else(|| "-".to_string(), |r| format!("{r:.2}"))
             );
         }
         let _ = writeln!(

@@ -10,7 +10,7 @@ use super::ior::{self, Transfers};
 use super::layout::Layout;
 use super::mdtest::{self, Action, Files, Shape};
 use super::report::RunReport;
-use super::score::score;
+use super::score::{score, PhaseResult};
 use super::{io_context, Ctx, Io500Error};
 
 const SETUP: &str = "setup";
@@ -122,16 +122,32 @@ impl Written<'_> {
     }
 }
 
+/// A phase after find: nothing to hand on but its result.
+type LaterPhase<'a> = Box<dyn Fn() -> Result<(PhaseResult, ()), Io500Error> + 'a>;
+
+/// Runs one phase and notes the backend's round trips during it in its result.
+fn counted<B: Io500Backend, T>(
+    ctx: &Ctx<B>,
+    phase: impl FnOnce() -> Result<(PhaseResult, T), Io500Error>,
+) -> Result<(PhaseResult, T), Io500Error> {
+    let before = ctx.backend.round_trips();
+    let (mut result, rest) = phase()?;
+    if let (Some(b), Some(a)) = (before, ctx.backend.round_trips()) {
+        result.round_trips = Some(a.saturating_sub(b));
+    }
+    Ok((result, rest))
+}
+
 fn run_phases<B: Io500Backend>(ctx: &Ctx<B>) -> Result<RunReport, Io500Error> {
     let newer_than = make_timestamp(ctx)?;
     let mut phases = Vec::with_capacity(12);
-    let (result, ior_easy) = ior::easy_write(ctx)?;
+    let (result, ior_easy) = counted(ctx, || ior::easy_write(ctx))?;
     phases.push(result);
-    let (result, mdtest_easy) = mdtest::write(ctx, Shape::Easy)?;
+    let (result, mdtest_easy) = counted(ctx, || mdtest::write(ctx, Shape::Easy))?;
     phases.push(result);
-    let (result, ior_hard) = ior::hard_write(ctx)?;
+    let (result, ior_hard) = counted(ctx, || ior::hard_write(ctx))?;
     phases.push(result);
-    let (result, mdtest_hard) = mdtest::write(ctx, Shape::Hard)?;
+    let (result, mdtest_hard) = counted(ctx, || mdtest::write(ctx, Shape::Hard))?;
     phases.push(result);
     let written = Written {
         ior_easy: &ior_easy,
@@ -140,40 +156,24 @@ fn run_phases<B: Io500Backend>(ctx: &Ctx<B>) -> Result<RunReport, Io500Error> {
         mdtest_hard: &mdtest_hard,
     };
     let (find_expected, files_present) = written.expected_find();
-    let (result, find_found) = find(ctx, newer_than, find_expected, files_present)?;
+    let (result, find_found) =
+        counted(ctx, || find(ctx, newer_than, find_expected, files_present))?;
     phases.push(result);
-    phases.push(ior::easy_read(ctx, &ior_easy)?);
-    phases.push(mdtest::follow_up(
-        ctx,
-        Shape::Easy,
-        Action::Stat,
-        &mdtest_easy,
-    )?);
-    phases.push(ior::hard_read(ctx, &ior_hard)?);
-    phases.push(mdtest::follow_up(
-        ctx,
-        Shape::Hard,
-        Action::Stat,
-        &mdtest_hard,
-    )?);
-    phases.push(mdtest::follow_up(
-        ctx,
-        Shape::Easy,
-        Action::Delete,
-        &mdtest_easy,
-    )?);
-    phases.push(mdtest::follow_up(
-        ctx,
-        Shape::Hard,
-        Action::Read,
-        &mdtest_hard,
-    )?);
-    phases.push(mdtest::follow_up(
-        ctx,
-        Shape::Hard,
-        Action::Delete,
-        &mdtest_hard,
-    )?);
+    let plain = |r: PhaseResult| (r, ());
+    let follow =
+        |shape, action, files| move || mdtest::follow_up(ctx, shape, action, files).map(plain);
+    let rest: [LaterPhase<'_>; 7] = [
+        Box::new(|| ior::easy_read(ctx, &ior_easy).map(plain)),
+        Box::new(follow(Shape::Easy, Action::Stat, &mdtest_easy)),
+        Box::new(|| ior::hard_read(ctx, &ior_hard).map(plain)),
+        Box::new(follow(Shape::Hard, Action::Stat, &mdtest_hard)),
+        Box::new(follow(Shape::Easy, Action::Delete, &mdtest_easy)),
+        Box::new(follow(Shape::Hard, Action::Read, &mdtest_hard)),
+        Box::new(follow(Shape::Hard, Action::Delete, &mdtest_hard)),
+    ];
+    for phase in rest {
+        phases.push(counted(ctx, phase)?.0);
+    }
     let leftover_entries = count_leftovers(ctx)?;
     let verify_errors = phases.iter().map(|p| p.errors).sum();
     Ok(RunReport {

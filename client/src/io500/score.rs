@@ -54,9 +54,18 @@ pub struct PhaseResult {
     pub bytes: u64,
     /// Verification errors: mismatched or missing bytes, wrong sizes.
     pub errors: u64,
+    /// Requests the backend sent to its storage during the phase (a batch counts once), when
+    /// it counts them ([`crate::io500::Io500Backend::round_trips`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round_trips: Option<u64>,
 }
 
 impl PhaseResult {
+    /// Round trips per operation, if counted.
+    pub fn round_trips_per_op(&self) -> Option<f64> {
+        self.round_trips.map(|r| r as f64 / self.ops.max(1) as f64)
+    }
+
     /// A bandwidth phase: `bytes` moved in `seconds`.
     pub fn bandwidth(name: &'static str, bytes: u64, ops: u64, seconds: f64, errors: u64) -> Self {
         let value = if seconds > 0.0 {
@@ -72,6 +81,7 @@ impl PhaseResult {
             ops,
             bytes,
             errors,
+            round_trips: None,
         }
     }
 
@@ -90,6 +100,7 @@ impl PhaseResult {
             ops,
             bytes,
             errors,
+            round_trips: None,
         }
     }
 }

@@ -1,0 +1,149 @@
+//! Guards the IO500 backend on the Ferrite namespace (embedded engine): a whole capped run
+//! passes its checks, the metadata phases take the round trips they are built for (a create
+//! is one request, an mdtest-hard file's write and close one more, find and stat none per
+//! entry over shm), and write-behind keeps the IO500 rule (written and closed by one client,
+//! read back whole by another).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrite_client::client::Client;
+use ferrite_client::fs::io500::FerriteBackend;
+use ferrite_client::fs::{Namespace, ROOT_OBJECT};
+use ferrite_client::io500::{run, Config, Io500Backend};
+
+fn backend() -> FerriteBackend {
+    let client = ferrite_client::embedded::connect().expect("embedded engine");
+    FerriteBackend::new(Namespace::new(Arc::new(client), 9), "test".into())
+}
+
+fn round_trips_per_op(report: &ferrite_client::io500::RunReport, phase: &str) -> f64 {
+    let p = report.phase(phase).expect(phase);
+    p.round_trips_per_op()
+        .expect("the ferrite backend counts round trips")
+}
+
+#[test]
+fn capped_run_passes_with_few_round_trips_per_metadata_op() {
+    let backend = backend();
+    let mut config = Config::new(2, Duration::from_secs(600));
+    config.ior_easy_max_transfers = 2;
+    config.ior_hard_max_segments = 30;
+    config.mdtest_easy_max_files = 120;
+    config.mdtest_hard_max_files = 120;
+    let report = run(&backend, &config).unwrap();
+    assert!(report.passed(), "{}", report.table());
+    assert_eq!(report.verify_errors, 0);
+    let table = report.table();
+    // A create is one conditional insert; a small file's write and close one batch more.
+    assert_eq!(
+        round_trips_per_op(&report, "mdtest-easy-write"),
+        1.0,
+        "{table}"
+    );
+    assert_eq!(
+        round_trips_per_op(&report, "mdtest-hard-write"),
+        2.0,
+        "{table}"
+    );
+    // Listing pages (a request per target page), entries read one-sided over shm.
+    assert!(round_trips_per_op(&report, "find") < 0.1, "{table}");
+    assert!(
+        round_trips_per_op(&report, "mdtest-hard-stat") < 0.1,
+        "{table}"
+    );
+    // ior-hard: a write per transfer, plus the fsync and size publication per task.
+    assert!(
+        round_trips_per_op(&report, "ior-hard-write") < 1.2,
+        "{table}"
+    );
+}
+
+#[test]
+fn write_behind_and_deferred_writes_are_read_back_by_another_client() {
+    let backend = backend();
+    let url = backend.namespace().client().url();
+    let other = Namespace::new(Arc::new(Client::connect(&url).unwrap()), 9);
+    // Many interleaved transfers on one handle, beyond the in-flight window.
+    let transfer = 47_008usize;
+    let count = 200u64;
+    let big = backend.create("shared").unwrap();
+    for i in 0..count {
+        let data = vec![(i % 251) as u8; transfer];
+        backend.write_at(&big, i * transfer as u64, &data).unwrap();
+    }
+    backend.sync(&big).unwrap();
+    backend.close(big).unwrap();
+    let fh = other.open(ROOT_OBJECT, "shared").unwrap();
+    assert_eq!(fh.size(), count * transfer as u64);
+    let mut buf = vec![0u8; transfer];
+    for i in 0..count {
+        other.read(&fh, i * transfer as u64, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == (i % 251) as u8), "transfer {i}");
+    }
+    // A small file: the write waits for the close and goes with the size.
+    let small = backend.create("small").unwrap();
+    backend.write_at(&small, 0, &[5u8; 3901]).unwrap();
+    let mut back = vec![0u8; 3901];
+    assert_eq!(backend.read_at(&small, 0, &mut back).unwrap(), 3901);
+    assert!(
+        back.iter().all(|&b| b == 5),
+        "read through the writing handle"
+    );
+    backend.close(small).unwrap();
+    let deferred = backend.create("deferred").unwrap();
+    backend.write_at(&deferred, 0, &[6u8; 3901]).unwrap();
+    backend.close(deferred).unwrap();
+    let fh = other.open(ROOT_OBJECT, "deferred").unwrap();
+    assert_eq!(fh.size(), 3901);
+    other.read(&fh, 0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 6));
+}
+
+#[test]
+fn write_and_close_merges_a_concurrent_entry_change() {
+    let backend = backend();
+    let ns = backend.namespace();
+    let fh = ns.create(ROOT_OBJECT, "f", 0o644).unwrap();
+    // Another client changes the entry after our create: the close's conditional size
+    // update misses and must merge instead of losing either change.
+    let attr = ferrite_client::fs::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    ns.setattr(ROOT_OBJECT, "f", attr).unwrap();
+    ns.write_and_close(fh, 0, &[1u8; 100]).unwrap();
+    let e = ns.lookup(ROOT_OBJECT, "f").unwrap();
+    assert_eq!(e.size, 100);
+    assert_eq!(e.mode & 0o777, 0o600);
+}
+
+#[test]
+fn readdir_asks_for_entries_in_batches_without_one_sided_reads() {
+    let client = ferrite_client::embedded::connect_with(
+        ferrite_client::client::ClientOptions {
+            one_sided: false,
+            ..Default::default()
+        },
+        |_| {},
+    )
+    .unwrap();
+    let ns = Namespace::new(Arc::new(client), 9);
+    let d = ns.mkdir(ROOT_OBJECT, "d", 0o755).unwrap();
+    let n = 1500usize; // two listing pages
+    for i in 0..n {
+        ns.close(ns.create(d.object, &format!("e{i}"), 0o644).unwrap())
+            .unwrap();
+    }
+    let before = ns.client().counters().rpc_requests;
+    let mut seen = 0usize;
+    ns.readdir(d.object, |_, _| {
+        seen += 1;
+        Ok(())
+    })
+    .unwrap();
+    let requests = ns.client().counters().rpc_requests - before;
+    assert_eq!(seen, n);
+    // Two pages: a listing and a batch of fetches each, not a request per entry.
+    assert_eq!(requests, 4);
+}
