@@ -80,6 +80,15 @@ pub struct Args {
     pub mdtest_hard_max_files: Option<u64>,
 }
 
+/// Ring bytes of each embedded target: 256 MiB, or an eighth of a smaller bdev (a power of
+/// two, at least 1 MiB).
+#[cfg(feature = "embedded")]
+fn embedded_ring_bytes(bdev_bytes: u64) -> u64 {
+    let eighth = (bdev_bytes / 8).max(1 << 20);
+    let pow2 = 1u64 << (63 - eighth.leading_zeros());
+    pow2.min(256 << 20)
+}
+
 /// `--embedded-durability` values (the engine's `durability` setting).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EmbeddedDurability {
@@ -147,8 +156,9 @@ fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
         config.xstreams = xstreams;
         config.durability = durability;
         // Room for a run's entries in the index (mdtest makes hundreds of thousands) and a
-        // ring big enough that recent entries are still read one-sided.
-        config.cache.ring_bytes = ferrite_engine::config::Size(256 << 20);
+        // ring big enough that recent entries are still read one-sided; the device log must
+        // hold several rings, so small bdevs get a smaller ring.
+        config.cache.ring_bytes = ferrite_engine::config::Size(embedded_ring_bytes(size));
         config.cache.buckets = 1 << 20;
         config.cache.overflow_buckets = 1 << 18;
     })
@@ -270,6 +280,15 @@ mod tests {
     }
 
     /// The default backend end to end on an embedded engine: every phase verifies.
+    #[cfg(feature = "embedded")]
+    #[test]
+    fn embedded_ring_fits_the_bdev() {
+        assert_eq!(super::embedded_ring_bytes(8 << 30), 256 << 20);
+        assert_eq!(super::embedded_ring_bytes(256 << 20), 32 << 20);
+        assert_eq!(super::embedded_ring_bytes(300 << 20), 32 << 20);
+        assert_eq!(super::embedded_ring_bytes(1 << 20), 1 << 20);
+    }
+
     #[cfg(feature = "embedded")]
     #[test]
     fn ferrite_backend_runs_on_an_embedded_engine() {
