@@ -10,8 +10,6 @@
 
 mod kv_support;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,11 +19,17 @@ use ferrite_client::fabric::verbs::VerbsEndpoint;
 use ferrite_client::fabric::Endpoint;
 use ferrite_engine::fabric::verbs::DeviceSelector;
 use ferrite_proto::key::RecordKey;
+use kv_support::linearizable::{value, Workload};
 use kv_support::EngineProc;
 
-const WRITERS: u64 = 2;
-const KEYS_PER_WRITER: u64 = 8;
-const WRITES_PER_WRITER: u64 = 600;
+const WORKLOAD: Workload = Workload {
+    prefix: "verbs",
+    writers: 2,
+    keys_per_writer: 8,
+    writes_per_writer: 600,
+    max_gets: 2_000_000,
+    limit: Duration::from_secs(180),
+};
 
 fn env(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -82,80 +86,7 @@ fn verbs_client(engine: &EngineProc) -> Client {
 }
 
 fn key(k: u64) -> Key {
-    Key::new(7, 7, format!("verbs-{k}").as_bytes(), b"v")
-}
-
-fn value(k: u64, seq: u64) -> Vec<u8> {
-    let mut v = format!("{k}:{seq}:").into_bytes();
-    v.resize(16 + (seq % 64) as usize, b'#');
-    v
-}
-
-/// key → per sequence number (PUT start, ack).
-type History = HashMap<u64, Vec<(Instant, Instant)>>;
-/// (key, seq or None, GET start, GET end).
-type Seen = Vec<(u64, Option<u64>, Instant, Instant)>;
-
-fn writer(client: Arc<Client>, w: u64) -> History {
-    let mut h = History::new();
-    for n in 0..WRITES_PER_WRITER {
-        let k = w * KEYS_PER_WRITER + n % KEYS_PER_WRITER;
-        let t0 = Instant::now();
-        client
-            .put(&key(k), &value(k, n / KEYS_PER_WRITER))
-            .expect("put");
-        h.entry(k).or_default().push((t0, Instant::now()));
-    }
-    h
-}
-
-fn reader(client: Arc<Client>, r: u64, done: Arc<AtomicBool>) -> Seen {
-    let (mut seen, started) = (Seen::new(), Instant::now());
-    for i in 0..2_000_000u64 {
-        if done.load(Ordering::Acquire) || started.elapsed() > Duration::from_secs(180) {
-            break;
-        }
-        let k = (i * 5 + r) % (WRITERS * KEYS_PER_WRITER);
-        let t0 = Instant::now();
-        let got = client.get(&key(k)).expect("get");
-        let t1 = Instant::now();
-        let seq = got.map(|v| {
-            let s = String::from_utf8_lossy(&v).to_string();
-            let seq: u64 = s
-                .split(':')
-                .nth(1)
-                .and_then(|x| x.parse().ok())
-                .expect("seq");
-            assert_eq!(v, value(k, seq), "bytes are not a value written to key {k}");
-            seq
-        });
-        seen.push((k, seq, t0, t1));
-    }
-    seen
-}
-
-/// Each GET returned a value that was the latest acknowledged one at some
-/// moment during the GET (or one whose PUT was in flight).
-fn check(history: &History, seen: &Seen) {
-    for &(k, seq, t0, t1) in seen {
-        let h = &history[&k];
-        let next = match seq {
-            None => 0,
-            Some(s) => {
-                assert!(
-                    h[s as usize].0 <= t1,
-                    "key {k} seq {s} returned before its PUT began"
-                );
-                s as usize + 1
-            }
-        };
-        if let Some(&(_, ack)) = h.get(next) {
-            assert!(
-                ack >= t0,
-                "key {k}: GET returned {seq:?}, seq {next} was acked before it began"
-            );
-        }
-    }
+    WORKLOAD.key(k)
 }
 
 #[test]
@@ -165,26 +96,7 @@ fn verbs_gets_return_latest_values_while_writers_run() {
     let engine = start_engine(dir.path());
     let writer_client = Arc::new(Client::connect(&engine.tcp).unwrap());
     let readers: Vec<Arc<Client>> = (0..2).map(|_| Arc::new(verbs_client(&engine))).collect();
-    let done = Arc::new(AtomicBool::new(false));
-    let writers: Vec<_> = (0..WRITERS)
-        .map(|w| {
-            let c = writer_client.clone();
-            std::thread::spawn(move || writer(c, w))
-        })
-        .collect();
-    let reading: Vec<_> = (readers.iter().enumerate())
-        .map(|(r, c)| {
-            let (c, done) = (c.clone(), done.clone());
-            std::thread::spawn(move || reader(c, r as u64, done))
-        })
-        .collect();
-    let mut history = History::new();
-    for w in writers {
-        history.extend(w.join().unwrap());
-    }
-    done.store(true, Ordering::Release);
-    let seen: Vec<Seen> = reading.into_iter().map(|r| r.join().unwrap()).collect();
-    seen.iter().for_each(|s| check(&history, s));
+    let seen = WORKLOAD.run(&writer_client, &readers);
     let found = seen.iter().flatten().filter(|s| s.1.is_some()).count();
     assert!(found > 0, "no GET found a value");
     for c in &readers {
@@ -194,7 +106,7 @@ fn verbs_gets_return_latest_values_while_writers_run() {
     let total: usize = seen.iter().map(|s| s.len()).sum();
     eprintln!(
         "verbs: checked {total} GETs ({found} values) against {} PUTs",
-        WRITERS * WRITES_PER_WRITER
+        WORKLOAD.writers * WORKLOAD.writes_per_writer
     );
 }
 

@@ -8,7 +8,7 @@
 
 mod inodes;
 
-use crate::fs::{Entry, EntryKind, FileHandle, FsError, Namespace, SetAttr, ROOT_OBJECT};
+use crate::fs::{Entry, EntryKind, FileHandle, FsError, FsResult, Namespace, SetAttr, ROOT_OBJECT};
 use fuser::{
     FileAttr, FileType, Filesystem, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
@@ -146,18 +146,20 @@ impl FerriteFuse {
         Ok((ino, id, attr))
     }
 
-    fn fsync_handle(&self, fh: u64) -> Result<(), i32> {
+    /// Runs `op` on the open handle `fh` (EBADF if there is none).
+    fn on_handle(&self, fh: u64, op: impl FnOnce(&FileHandle) -> FsResult<()>) -> Result<(), i32> {
         match self.files.get(&fh) {
-            Some((_, h)) => self.ns.fsync(h).map_err(|e| e.errno()),
+            Some((_, h)) => op(h).map_err(|e| e.errno()),
             None => Err(libc::EBADF),
         }
     }
 
+    fn fsync_handle(&self, fh: u64) -> Result<(), i32> {
+        self.on_handle(fh, |h| self.ns.fsync(h))
+    }
+
     fn publish(&self, fh: u64) -> Result<(), i32> {
-        match self.files.get(&fh) {
-            Some((_, h)) => self.ns.publish(h).map_err(|e| e.errno()),
-            None => Err(libc::EBADF),
-        }
+        self.on_handle(fh, |h| self.ns.publish(h))
     }
 }
 

@@ -7,7 +7,7 @@ use std::rc::Weak;
 use std::time::Duration;
 
 /// When an update is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
     /// Once its record is written to the device and the device flushed: it
@@ -87,14 +87,6 @@ impl Store {
     /// Records that every log byte before `upto` is on stable media.
     pub(crate) fn note_flushed(&self, upto: u64) {
         self.flushed_upto.set(self.flushed_upto.get().max(upto));
-    }
-
-    /// Log bytes written but not yet flushed (0 under [`Durability::Device`]).
-    pub fn unflushed_bytes(&self) -> u64 {
-        self.log
-            .borrow()
-            .durable
-            .saturating_sub(self.flushed_upto.get())
     }
 
     /// Under [`Durability::Process`], flushes what was written every
