@@ -3,7 +3,8 @@
 //! pmem (temp file, and tmpfs), and the error/delay/crash wrappers in
 //! pass-through mode. Read-after-write, vectored I/O, flush, unmap and
 //! write_zeroes reading zero, bounds and alignment errors, back-pressure past
-//! the queue depth, and channels on several glommio executors at once.
+//! the queue depth (all on an xstream), and channels on several bare glommio
+//! executors at once (where a uring poller waits in the kernel instead).
 
 mod common;
 
@@ -233,6 +234,13 @@ fn uring_direct() {
 #[test]
 fn uring_buffered_sqpoll_no_fixed() {
     suite(|d| uring(d, "&direct=0&sqpoll=1&fixed=0&qd=16&park_us=0"));
+}
+
+/// SQPOLL rings have no `DEFER_TASKRUN`: their pollers sleep on the
+/// eventfd with completions posted by the kernel thread.
+#[test]
+fn uring_sqpoll_sleeping_poller() {
+    suite(|d| uring(d, "&sqpoll=1&qd=16"));
 }
 
 #[test]

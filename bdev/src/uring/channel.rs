@@ -1,6 +1,7 @@
 //! The per-xstream channel of a `uring` device and its operation future.
 
 use super::ring::{Payload, RingState};
+use super::wakeup::Wakeup;
 use super::UringOptions;
 use crate::{check_range, BdevError, BufPool, Channel, IoBuf, IoFuture, Result};
 use io_uring::{opcode, squeue, types, IoUring};
@@ -55,17 +56,28 @@ impl Op {
 }
 
 fn build_ring(name: &str, opts: &UringOptions) -> Result<IoUring> {
+    let entries = opts.queue_depth.next_power_of_two();
+    if !opts.sqpoll {
+        // Completion work waits for this thread to ask for it (see ring.rs);
+        // kernels before 6.1 refuse the flags and get a plain ring.
+        let mut b = IoUring::builder();
+        b.setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag();
+        if let Ok(ring) = b.build(entries) {
+            return Ok(ring);
+        }
+    }
     let mut b = IoUring::builder();
     if opts.sqpoll {
         b.setup_sqpoll(1000);
     }
-    b.build(opts.queue_depth.next_power_of_two())
-        .map_err(|e| BdevError::Io {
-            device: name.to_string(),
-            op: "io_uring_setup",
-            offset: 0,
-            source: e,
-        })
+    b.build(entries).map_err(|e| BdevError::Io {
+        device: name.to_string(),
+        op: "io_uring_setup",
+        offset: 0,
+        source: e,
+    })
 }
 
 impl UringChannel {
@@ -96,9 +108,15 @@ impl UringChannel {
                 fixed_bufs = unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok();
             }
         }
+        // Sleeping without blocking needs a glommio reactor: an xstream.
+        let wakeup = if !opts.park.is_zero() && ferrite_xstream::current().is_some() {
+            Wakeup::new(&ring)
+        } else {
+            None
+        };
         Ok(Self {
             name,
-            state: RefCell::new(RingState::new(ring, queue_depth, opts.park)),
+            state: RefCell::new(RingState::new(ring, queue_depth, opts.park, wakeup)),
             raw_fd,
             fixed_file,
             fixed_bufs,
@@ -109,6 +127,12 @@ impl UringChannel {
             _file: file,
             _not_send: std::marker::PhantomData,
         })
+    }
+
+    /// Times the poller slept without blocking the xstream (tests).
+    #[cfg(test)]
+    pub(super) fn sleeps(&self) -> u64 {
+        self.state.borrow().sleeps
     }
 
     fn check(&self, op: &'static str, offset: u64, len: u64) -> Result<()> {
@@ -371,7 +395,7 @@ impl Future for UringOp<'_> {
         let Stage::InFlight { op, offset, slot } = this.stage else {
             return Poll::Pending;
         };
-        if let Err(e) = state.submit_if_pending() {
+        if let Err(e) = state.flush() {
             state.broken = Some(e.to_string());
             return Poll::Ready(Err(channel.io_error(op, offset, e)));
         }
@@ -379,11 +403,9 @@ impl Future for UringOp<'_> {
         if state.result_ready(slot) {
             return this.complete(&mut state, op, offset, slot);
         }
-        state.maybe_wait(slot, reaped);
-        if state.result_ready(slot) {
+        if state.idle(slot, reaped, cx.waker()) && state.result_ready(slot) {
             return this.complete(&mut state, op, offset, slot);
         }
-        state.park(slot, cx.waker());
         Poll::Pending
     }
 }

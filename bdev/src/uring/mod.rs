@@ -37,6 +37,7 @@
 
 mod channel;
 mod ring;
+mod wakeup;
 
 use crate::pmem::open_sized_file;
 use crate::{Bdev, BdevError, Channel, IoType, Result};
@@ -63,8 +64,10 @@ pub struct UringOptions {
     pub fixed: bool,
     /// Bytes per pool buffer; larger `alloc`s come from the heap.
     pub buf_size: usize,
-    /// Longest wait in the kernel for a completion once polling found
-    /// nothing for a while (see `ring.rs`); zero: poll only.
+    /// Zero: the poller only spins. Otherwise it sleeps once polling found
+    /// nothing for a while: on an xstream until the kernel signals
+    /// completions, elsewhere in the kernel for at most this long (see
+    /// `ring.rs`).
     pub park: std::time::Duration,
 }
 

@@ -11,18 +11,28 @@
 //! system call, on the poller's next poll. With nothing in flight no task is
 //! scheduled, so an idle channel costs no CPU.
 //!
-//! A poller that found nothing [`SPIN_POLLS`] times in a row waits in the
-//! kernel for one completion, at most `park` (`park_us=`, default 50 µs),
-//! then goes back to polling. Spinning alone wins on an idle core; on a
-//! shared core a thread that sleeps is woken at once when its I/O completes,
-//! while a spinning one waits for its next time slice (measured here at
-//! QD32 on a loaded 2-core VM: 32 empty polls before waiting gave ~0.85x
-//! fio's IOPS, pure spinning ~0.55x). `park_us=0` spins.
+//! A poller that found nothing [`SPIN_POLLS`] times in a row goes to sleep
+//! until the kernel has completions for the ring. On an xstream it sleeps
+//! without blocking it: an eventfd registered with the ring is read through
+//! glommio's reactor (see `wakeup.rs`), so the xstream runs its other tasks
+//! or parks in glommio until the read completes. Elsewhere (a bare glommio
+//! executor, another thread) it waits in the kernel for one completion, at
+//! most `park` (`park_us=`, default 50 µs). Sleeping matters on a shared
+//! core: a thread that sleeps is woken at once when its I/O completes, while
+//! a spinning one waits for its next time slice (measured on a loaded 2-core
+//! VM at QD32: pure spinning ~0.55x fio's IOPS). `park_us=0` only spins.
+//!
+//! Rings are set up with `DEFER_TASKRUN` where the kernel has it (6.1+,
+//! without SQPOLL), as fio does: the kernel neither interrupts nor wakes the
+//! thread for each completion, it queues the completion work and raises
+//! `IORING_SQ_TASKRUN`; a poll that sees the flag runs the work with one
+//! `io_uring_enter` (together with any pending submissions).
 //!
 //! The buffers of an operation live in its slot until the kernel is done,
 //! even if the future is dropped first (the slot is then *orphaned* and
 //! freed when its completion arrives).
 
+use super::wakeup::Wakeup;
 use crate::IoBuf;
 use io_uring::types::{SubmitArgs, Timespec};
 use io_uring::{squeue, IoUring};
@@ -60,9 +70,16 @@ pub(super) struct RingState {
     pending_submit: bool,
     /// Polls in a row by the poller that reaped nothing.
     empty_polls: u32,
-    /// Longest blocking wait for a completion (zero: never block).
+    /// Longest blocking wait for a completion without a wakeup.
     park: Timespec,
+    /// Whether the poller ever sleeps (`park_us=0`: it only spins).
     park_enabled: bool,
+    /// How the poller sleeps without blocking the xstream, where it can.
+    wakeup: Option<Wakeup>,
+    /// The poller sleeps on `wakeup`; a new entry must wake it to submit.
+    asleep: bool,
+    /// Times the poller went to sleep on `wakeup`.
+    pub(super) sleeps: u64,
     /// Set after the ring itself failed; every later op fails with it.
     pub(super) broken: Option<String>,
 }
@@ -71,7 +88,12 @@ pub(super) struct RingState {
 pub(super) const SPIN_POLLS: u32 = 2;
 
 impl RingState {
-    pub(super) fn new(ring: IoUring, queue_depth: usize, park: std::time::Duration) -> Self {
+    pub(super) fn new(
+        ring: IoUring,
+        queue_depth: usize,
+        park: std::time::Duration,
+        wakeup: Option<Wakeup>,
+    ) -> Self {
         Self {
             ring,
             slots: (0..queue_depth).map(|_| Slot::default()).collect(),
@@ -84,6 +106,9 @@ impl RingState {
                 .sec(park.as_secs())
                 .nsec(park.subsec_nanos()),
             park_enabled: !park.is_zero(),
+            wakeup,
+            asleep: false,
+            sleeps: 0,
             broken: None,
         }
     }
@@ -148,8 +173,10 @@ impl RingState {
         }
     }
 
-    pub(super) fn submit_if_pending(&mut self) -> std::io::Result<()> {
-        if self.pending_submit {
+    /// Submits pushed entries and, on a `DEFER_TASKRUN` ring with
+    /// completion work pending, runs it (one `io_uring_enter` for both).
+    pub(super) fn flush(&mut self) -> std::io::Result<()> {
+        if self.pending_submit || self.ring.submission().taskrun() {
             self.submit()?;
         }
         Ok(())
@@ -177,28 +204,78 @@ impl RingState {
     }
 
     /// Called by the future of `slot` after a poll that reaped `reaped`
-    /// completions, none of them its own. If it is (or will be) the poller
-    /// and the ring stayed empty for [`SPIN_POLLS`] polls, waits in the
-    /// kernel for one completion (at most `park`) and reaps.
-    pub(super) fn maybe_wait(&mut self, slot: u32, reaped: usize) {
-        if !self.park_enabled || self.poller.is_some_and(|p| p != slot) {
-            return;
+    /// completions, none of them its own. Non-pollers sleep until their
+    /// completion is reaped. The poller re-schedules itself to poll again;
+    /// after [`SPIN_POLLS`] empty polls it sleeps instead (see the module
+    /// doc). Returns whether completions were reaped here (the caller
+    /// looks at its own result again).
+    pub(super) fn idle(&mut self, slot: u32, reaped: usize, waker: &Waker) -> bool {
+        if self.poller.is_some_and(|p| p != slot) {
+            self.store_waker(slot, waker);
+            return false;
         }
-        if reaped > 0 {
-            self.empty_polls = 0;
-            return;
-        }
-        self.empty_polls += 1;
-        if self.empty_polls < SPIN_POLLS {
-            return;
+        self.poller = Some(slot);
+        self.asleep = false;
+        self.empty_polls = if reaped > 0 { 0 } else { self.empty_polls + 1 };
+        if !self.park_enabled || self.empty_polls < SPIN_POLLS {
+            waker.wake_by_ref();
+            return false;
         }
         self.empty_polls = 0;
+        if self.wakeup.is_none() {
+            self.park_in_kernel();
+            waker.wake_by_ref();
+            return true;
+        }
+        self.sleep(slot, waker)
+    }
+
+    /// Waits in the kernel for one completion (at most `park`), blocking
+    /// the thread, and reaps.
+    fn park_in_kernel(&mut self) {
         let args = SubmitArgs::new().timespec(&self.park);
         // ETIME (nothing within `park`) and EINTR are expected; a real
         // failure shows up again on the next submit.
         let _ = self.ring.submitter().submit_with_args(1, &args);
         self.pending_submit = false;
         self.reap();
+    }
+
+    /// The poller sleeps on the wakeup unless a last look finds
+    /// completions; returns whether it reaped any.
+    fn sleep(&mut self, slot: u32, waker: &Waker) -> bool {
+        if let Some(w) = &mut self.wakeup {
+            w.reset();
+        }
+        // A failure shows up again on the next poll's flush.
+        let _ = self.flush();
+        // Still flagged: the kernel ran only part of the pending work.
+        if self.reap() > 0 || self.ring.submission().taskrun() {
+            waker.wake_by_ref();
+            return true;
+        }
+        let slept = self.wakeup.as_mut().map(|w| w.sleep(waker));
+        match slept {
+            Some(Ok(true)) => {
+                // Its completion may be reaped by a submitting future.
+                self.store_waker(slot, waker);
+                self.asleep = true;
+                self.sleeps += 1;
+            }
+            Some(Ok(false)) | None => waker.wake_by_ref(),
+            Some(Err(())) => {
+                self.wakeup = None; // the kernel refused the read: park there
+                waker.wake_by_ref();
+            }
+        }
+        false
+    }
+
+    fn store_waker(&mut self, slot: u32, waker: &Waker) {
+        let stored = &mut self.slots[slot as usize].waker;
+        if !stored.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *stored = Some(waker.clone());
+        }
     }
 
     fn complete(&mut self, slot: usize, result: i32) {
@@ -236,6 +313,7 @@ impl RingState {
         self.free.push(slot);
         if self.poller == Some(slot) {
             self.poller = None;
+            self.asleep = false;
         }
         // Whoever finishes while no one polls (the poller itself, or a
         // future woken to take over that found its own completion already
@@ -256,21 +334,26 @@ impl RingState {
         }
     }
 
-    /// Parks the future of `slot` until its completion; if no one polls the
-    /// ring, this future becomes the poller and re-schedules itself.
+    /// Parks the future of `slot`, which has just pushed its entry, until
+    /// its completion. If no one polls the ring, this future becomes the
+    /// poller and re-schedules itself (its next poll submits); if the poller
+    /// sleeps, it is woken to submit.
     pub(super) fn park(&mut self, slot: u32, waker: &Waker) {
         match self.poller {
-            None => self.poller = Some(slot),
-            Some(p) if p == slot => {}
-            Some(_) => {
-                let stored = &mut self.slots[slot as usize].waker;
-                if !stored.as_ref().is_some_and(|w| w.will_wake(waker)) {
-                    *stored = Some(waker.clone());
+            None => {
+                self.poller = Some(slot);
+                waker.wake_by_ref();
+            }
+            Some(p) if p == slot => waker.wake_by_ref(),
+            Some(p) => {
+                self.store_waker(slot, waker);
+                if std::mem::take(&mut self.asleep) {
+                    if let Some(w) = self.slots[p as usize].waker.take() {
+                        w.wake();
+                    }
                 }
-                return;
             }
         }
-        waker.wake_by_ref();
     }
 
     /// The future of `slot` was dropped before completion.
@@ -285,6 +368,7 @@ impl RingState {
             s.waker = None;
             if self.poller == Some(slot) {
                 self.poller = None;
+                self.asleep = false;
             }
             if self.poller.is_none() {
                 self.hand_over_polling();
