@@ -42,3 +42,40 @@ fn cli_without_engine_uses_an_embedded_one() {
     assert!(v["version"].as_u64().unwrap() > 0);
     assert!(String::from_utf8_lossy(&out.stderr).contains("embedded"));
 }
+
+/// A byte-array read is one-sided when the array's newest extent covers the
+/// range; otherwise the engine assembles it. Either way the bytes are the
+/// newest, holes read as zero, and an absent array is `None`.
+#[test]
+fn extent_reads_are_one_sided_when_the_newest_extent_covers_them() {
+    let client = ferrite_client::embedded::connect().unwrap();
+    let key = Key::new(0, 7, b"c0", b"d");
+    let first = vec![0x11u8; 4000];
+    client.write_extent(&key, 0, &first).unwrap();
+    let rpc = |c: &ferrite_client::client::Client| c.counters().rpc_requests;
+
+    let before = rpc(&client);
+    let found = client.read_extent(&key, 0, 4000).unwrap().unwrap();
+    assert_eq!(found.value, first);
+    let found = client.read_extent(&key, 1000, 10).unwrap().unwrap();
+    assert_eq!(found.value, vec![0x11u8; 10]);
+    assert_eq!(rpc(&client), before, "covered reads went to the engine");
+
+    client.write_extent(&key, 100, &[0xee; 50]).unwrap();
+    let before = rpc(&client);
+    let found = client.read_extent(&key, 100, 50).unwrap().unwrap();
+    assert_eq!(found.value, vec![0xee; 50]);
+    assert_eq!(rpc(&client), before);
+
+    // The newest extent covers only part of this: the engine answers.
+    let mut expected = first.clone();
+    expected[100..150].fill(0xee);
+    let found = client.read_extent(&key, 0, 4000).unwrap().unwrap();
+    assert_eq!(found.value, expected);
+    assert_eq!(rpc(&client), before + 1);
+
+    assert!(client
+        .read_extent(&Key::new(0, 7, b"c1", b"d"), 0, 10)
+        .unwrap()
+        .is_none());
+}

@@ -21,6 +21,7 @@
 //! buckets = 262144                        # main-area buckets per target (power of two)
 //! overflow_buckets = 65536
 //! hugetlb = false
+//! hot_value_max = "4K"                    # keep live values up to this size in the ring (0: off)
 //!
 //! [limits]
 //! max_frame_bytes = "8M"
@@ -99,6 +100,10 @@ pub struct CacheConfig {
     pub buckets: u64,
     pub overflow_buckets: u32,
     pub hugetlb: bool,
+    /// Live records whose value is at most this big are copied forward
+    /// before the ring overwrites them, so clients keep reading them
+    /// one-sided (0: off). Bounded to a quarter of the ring's traffic.
+    pub hot_value_max: Size,
 }
 
 /// Per-connection limits.
@@ -178,6 +183,7 @@ impl Default for CacheConfig {
             buckets: 1 << 18,
             overflow_buckets: 1 << 16,
             hugetlb: false,
+            hot_value_max: Size(4 << 10),
         }
     }
 }
@@ -221,6 +227,7 @@ impl EngineConfig {
                 buckets: 1 << 16,
                 overflow_buckets: 1 << 14,
                 hugetlb: false,
+                hot_value_max: Size(4 << 10),
             },
             ..Self::default()
         }

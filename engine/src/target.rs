@@ -43,6 +43,7 @@ pub async fn open(index: u16, spec: &str, config: StoreConfig) -> Result<StoreRe
     let store = Rc::new(Store::open(bdev, config).await?);
     let regions = store.regions();
     store.spawn_cleaner();
+    store.spawn_keeper();
     let target = Rc::new(Target {
         index,
         store,

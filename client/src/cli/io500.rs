@@ -86,7 +86,7 @@ pub struct Args {
 fn embedded_ring_bytes(bdev_bytes: u64) -> u64 {
     let eighth = (bdev_bytes / 8).max(1 << 20);
     let pow2 = 1u64 << (63 - eighth.leading_zeros());
-    pow2.min(256 << 20)
+    pow2.min(1 << 30)
 }
 
 /// `--embedded-durability` values (the engine's `durability` setting).
@@ -152,7 +152,8 @@ fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
         EmbeddedDurability::Device => ferrite_engine::store::Durability::Device,
     };
     let client = ferrite_client::embedded::connect_with(options, |config| {
-        config.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={size}");
+        let direct = u8::from(durability == ferrite_engine::store::Durability::Device);
+        config.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={size}&direct={direct}");
         config.xstreams = xstreams;
         config.durability = durability;
         // Room for a run's entries in the index (mdtest makes hundreds of thousands) and a

@@ -355,12 +355,44 @@ impl Client {
     /// Reads `len` bytes at `offset` of the array under `key` (holes read
     /// as zero); `None` if the array does not exist.
     pub fn read_extent(&self, key: &Key, offset: u64, len: u32) -> Result<Option<Found>> {
+        if let Some(found) = self.read_extent_one_sided(key, offset, len)? {
+            return Ok(found);
+        }
         let r = self.request(&Request::ExtentRead {
             key: key.clone(),
             offset,
             len,
         })?;
         reply::value("extent read", r)
+    }
+
+    /// [`read_extent`](Self::read_extent) without the engine, when the
+    /// array's newest extent record is in memory and covers the range
+    /// (`Some`: the answer, `Some(None)` for an absent array); `None` when
+    /// only the engine can answer.
+    pub fn read_extent_one_sided(
+        &self,
+        key: &Key,
+        offset: u64,
+        len: u32,
+    ) -> Result<Option<Option<Found>>> {
+        let Some(reader) = &self.reader else {
+            return Ok(None);
+        };
+        self.check_alive("extent read")?;
+        let mut value = Vec::new();
+        let lookup = reader.get_extent_into(
+            &key.as_record_key(),
+            offset,
+            len,
+            &mut value,
+            &self.counters,
+        )?;
+        Ok(match lookup {
+            Lookup::Found { version } => Some(Some(Found { version, value })),
+            Lookup::Absent => Some(None),
+            Lookup::Fallback(_) => None,
+        })
     }
 
     /// Every dkey of an object, sorted (pages through the engine).

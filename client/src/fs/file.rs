@@ -186,14 +186,27 @@ impl Namespace {
         }
         let len = buf.len().min((size - offset) as usize);
         let chunk = u64::from(fh.entry.chunk_size);
-        let parts: Vec<_> = pieces(chunk, offset, len).collect();
+        // Chunks whose newest extent is in memory and covers the range are
+        // read one-sided; the engine assembles the others, in parallel.
+        let mut parts = Vec::new();
+        for (index, within, pos, n) in pieces(chunk, offset, len) {
+            let key = self.chunk_key(fh.entry.object, index);
+            match self
+                .client
+                .read_extent_one_sided(&key, within, n as u32)
+                .map_err(client_err(fh.name.clone()))?
+            {
+                Some(found) => fill(&mut buf[pos..pos + n], found.map(|f| f.value)),
+                None => parts.push((key, within, pos, n)),
+            }
+        }
         let futures: Vec<_> = parts
             .iter()
-            .map(|&(index, within, _, n)| {
+            .map(|(key, within, _, n)| {
                 self.client.request_async(&Request::ExtentRead {
-                    key: self.chunk_key(fh.entry.object, index),
-                    offset: within,
-                    len: n as u32,
+                    key: key.clone(),
+                    offset: *within,
+                    len: *n as u32,
                 })
             })
             .collect();
@@ -201,12 +214,7 @@ impl Namespace {
         for (&(_, _, pos, n), r) in parts.iter().zip(replies) {
             let out = &mut buf[pos..pos + n];
             match r.map_err(client_err(fh.name.clone()))? {
-                Reply::Value(Some(found)) => {
-                    let k = found.value.len().min(n);
-                    out[..k].copy_from_slice(&found.value[..k]);
-                    out[k..].fill(0);
-                }
-                Reply::Value(None) => out.fill(0),
+                Reply::Value(found) => fill(out, found.map(|f| f.value)),
                 other => {
                     return Err(unexpected_reply(
                         &fh.name,
@@ -326,4 +334,12 @@ mod tests {
         assert!(chunk_dkey(1) < chunk_dkey(2));
         assert!(chunk_dkey(255) < chunk_dkey(256));
     }
+}
+
+/// Copies `value` into `out`, zero-filling what it does not reach (holes).
+fn fill(out: &mut [u8], value: Option<Vec<u8>>) {
+    let value = value.unwrap_or_default();
+    let k = value.len().min(out.len());
+    out[..k].copy_from_slice(&value[..k]);
+    out[k..].fill(0);
 }

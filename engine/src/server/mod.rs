@@ -117,6 +117,7 @@ fn store_config(config: &EngineConfig, target: usize) -> StoreConfig {
         bucket_count: config.cache.buckets,
         overflow_buckets: config.cache.overflow_buckets,
         ring_bytes: config.cache.ring_bytes.0,
+        hot_value_max: config.cache.hot_value_max.0 as u32,
         hugetlb: config.cache.hugetlb,
         durability: config.durability,
         flush_interval: std::time::Duration::from_millis(config.flush_interval_ms.max(1)),

@@ -37,7 +37,7 @@ pub struct CleanReport {
     pub checkpoint: Option<CheckpointInfo>,
 }
 
-enum Step {
+pub(super) enum Step {
     Done,
     Appended(u64),
     Blocked,
@@ -55,7 +55,7 @@ impl Store {
     }
 
     /// One relocation step of the record `view` found at `origin`.
-    fn relocate_step(&self, origin: u64, view: &RecordView<'_>) -> Result<Step> {
+    pub(super) fn relocate_step(&self, origin: u64, view: &RecordView<'_>) -> Result<Step> {
         let key = view.key();
         if self.has_pending(key.hash().0) {
             return Ok(Step::Blocked);

@@ -56,6 +56,7 @@ mod cleaner;
 mod dir;
 mod error;
 mod format;
+mod keeper;
 mod log;
 mod ops;
 mod recover;
@@ -65,6 +66,7 @@ pub use checkpoint::CheckpointInfo;
 pub use cleaner::{CleanReport, CLEANER_SHARES};
 pub use error::{Result, StoreError};
 pub use format::Geometry;
+pub use keeper::{KeepReport, KEEPER_SHARES};
 pub use ops::EXTENT_READ_MAX_BYTES;
 pub use sync::Durability;
 
@@ -104,6 +106,9 @@ pub struct StoreConfig {
     pub durability: Durability,
     /// Background flush period under [`Durability::Process`].
     pub flush_interval: std::time::Duration,
+    /// Live records with values up to this many bytes are kept in the ring
+    /// by [`Store::spawn_keeper`]; 0 turns the keeper off.
+    pub hot_value_max: u32,
 }
 
 impl Default for StoreConfig {
@@ -120,6 +125,7 @@ impl Default for StoreConfig {
             hugetlb: false,
             durability: Durability::Device,
             flush_interval: std::time::Duration::from_secs(1),
+            hot_value_max: 1024,
         }
     }
 }
@@ -210,6 +216,11 @@ pub struct StoreStats {
     pub cleaner_passes: u64,
     pub cleaner_records_copied: u64,
     pub cleaner_bytes_copied: u64,
+    /// Small live records the keeper copied forward to keep them in the ring.
+    pub keeper_records_kept: u64,
+    pub keeper_bytes_kept: u64,
+    /// Ring bytes the keeper gave up on because it fell behind.
+    pub keeper_skipped_bytes: u64,
     pub checkpoints: u64,
     pub bucket_slots_used: usize,
     pub bucket_count_total: u32,
@@ -230,6 +241,9 @@ struct Counters {
     cleaner_passes: u64,
     cleaner_records_copied: u64,
     cleaner_bytes_copied: u64,
+    keeper_records_kept: u64,
+    keeper_bytes_kept: u64,
+    keeper_skipped_bytes: u64,
     checkpoints: u64,
 }
 
@@ -254,6 +268,7 @@ pub struct Store {
     checkpoint_lock: glommio::sync::Semaphore,
     cleaner_stop: Cell<bool>,
     cleaner_active: Cell<bool>,
+    keeper: Cell<keeper::KeeperState>,
     /// Every log byte before this is on stable media.
     flushed_upto: Cell<u64>,
     flush_lock: glommio::sync::Semaphore,
@@ -307,6 +322,9 @@ impl Store {
             cleaner_passes: c.cleaner_passes,
             cleaner_records_copied: c.cleaner_records_copied,
             cleaner_bytes_copied: c.cleaner_bytes_copied,
+            keeper_records_kept: c.keeper_records_kept,
+            keeper_bytes_kept: c.keeper_bytes_kept,
+            keeper_skipped_bytes: c.keeper_skipped_bytes,
             checkpoints: c.checkpoints,
             bucket_slots_used: t.used_slots(),
             bucket_count_total: t.total_count(),

@@ -97,6 +97,7 @@ impl Store {
             checkpoint_lock: glommio::sync::Semaphore::new(1),
             cleaner_stop: Cell::new(false),
             cleaner_active: Cell::new(false),
+            keeper: Cell::new(Default::default()),
             flushed_upto: Cell::new(0),
             flush_lock: glommio::sync::Semaphore::new(1),
         };

@@ -43,7 +43,7 @@ impl OneSidedReader {
         for (i, key) in keys.iter().enumerate() {
             let (_, _, fingerprint) = located[i];
             let settled = match (&buckets[i], slots[i]) {
-                (Some(_), Some(slot)) => match check_record(key, slot, &mut outs[i]) {
+                (Some(_), Some(slot)) => match check_record(key, slot, None, &mut outs[i]) {
                     SlotCheck::Value(version) => Some(Lookup::Found { version }),
                     SlotCheck::Deleted => Some(Lookup::Absent),
                     _ => None,

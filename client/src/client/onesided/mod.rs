@@ -223,9 +223,37 @@ impl OneSidedReader {
         out: &mut Vec<u8>,
         counters: &Counters,
     ) -> Result<Lookup> {
+        self.lookup_into(key, None, out, counters)
+    }
+
+    /// Reads `len` bytes at `offset` of the byte array `key` when the
+    /// array's newest extent record covers the whole range (its bytes are
+    /// then the newest there); on `Found` they are in `out`. Anything else
+    /// (the range needs older pieces, or holes) is a `Fallback` to the
+    /// engine, which assembles arrays. Buckets are read fresh, never from
+    /// the cache: an older extent is not marked superseded when a newer one
+    /// covers part of it, so only a fresh slot proves a record is newest.
+    pub fn get_extent_into(
+        &self,
+        key: &RecordKey<'_>,
+        offset: u64,
+        len: u32,
+        out: &mut Vec<u8>,
+        counters: &Counters,
+    ) -> Result<Lookup> {
+        self.lookup_into(key, Some((offset, len)), out, counters)
+    }
+
+    fn lookup_into(
+        &self,
+        key: &RecordKey<'_>,
+        range: Option<(u64, u32)>,
+        out: &mut Vec<u8>,
+        counters: &Counters,
+    ) -> Result<Lookup> {
         let (regions, main_index, fingerprint) = self.locate(key);
         let mut deadline: Option<Instant> = None;
-        let mut use_cache = true;
+        let mut use_cache = range.is_none();
         let mut failed_fresh: Option<u64> = None;
         for attempt in 0..self.policy.max_attempts {
             if attempt > 0 {
@@ -243,6 +271,7 @@ impl OneSidedReader {
                 fingerprint,
                 use_cache,
                 failed_fresh,
+                range,
             };
             let pass = self.pass(key, &probe, out, counters)?;
             match pass {
@@ -306,6 +335,7 @@ impl OneSidedReader {
             fingerprint,
             use_cache,
             failed_fresh,
+            range,
         } = *probe;
         let bucket_count = regions.buckets.length / BUCKET_BYTES as u64;
         let mut index = main_index;
@@ -316,7 +346,7 @@ impl OneSidedReader {
             };
             any_cached |= cached;
             for slot in bucket.matching(fingerprint) {
-                match self.check_slot(key, regions, slot, out)? {
+                match self.check_slot(key, regions, slot, range, out)? {
                     SlotCheck::OtherKey => continue,
                     SlotCheck::Value(version) => return Ok(Pass::Done(Lookup::Found { version })),
                     SlotCheck::Deleted => return Ok(Pass::Done(Lookup::Absent)),
@@ -362,6 +392,7 @@ impl OneSidedReader {
         key: &RecordKey<'_>,
         regions: &TargetRegions,
         slot: ferrite_proto::bucket::Slot,
+        range: Option<(u64, u32)>,
         out: &mut Vec<u8>,
     ) -> Result<SlotCheck> {
         let Some((offset, len)) = record_span(regions, slot) else {
@@ -369,7 +400,7 @@ impl OneSidedReader {
         };
         out.resize(len, 0);
         self.endpoint.read(&regions.log, offset, len, out)?;
-        Ok(check_record(key, slot, out))
+        Ok(check_record(key, slot, range, out))
     }
 }
 
@@ -386,10 +417,12 @@ fn record_span(regions: &TargetRegions, slot: ferrite_proto::bucket::Slot) -> Op
 }
 
 /// Checks the record bytes read for `slot` (in `out`); on `Value` leaves
-/// just the value in `out`.
+/// just the value in `out` — or, with a `range` (offset, length) of a byte
+/// array, just those bytes of an extent record that covers them.
 fn check_record(
     key: &RecordKey<'_>,
     slot: ferrite_proto::bucket::Slot,
+    range: Option<(u64, u32)>,
     out: &mut Vec<u8>,
 ) -> SlotCheck {
     let view = match RecordView::parse(out) {
@@ -412,14 +445,28 @@ fn check_record(
     if flags.has(RecordFlags::TOMBSTONE) {
         return SlotCheck::Deleted;
     }
-    if flags.0 & (RecordFlags::EXTENT | RecordFlags::PUNCH_DKEY | RecordFlags::PUNCH_OBJECT) != 0 {
+    let extent = flags.has(RecordFlags::EXTENT);
+    if flags.0 & (RecordFlags::PUNCH_DKEY | RecordFlags::PUNCH_OBJECT) != 0
+        || extent != range.is_some()
+    {
         return SlotCheck::NotPlain;
     }
     let version = view.version();
     let start = HEADER_BYTES + key.dkey.len() + key.akey.len();
     let value_len = view.value().len();
-    out.copy_within(start..start + value_len, 0);
-    out.truncate(value_len);
+    let (from, n) = match range {
+        None => (0, value_len),
+        Some((offset, len)) => {
+            let first = view.extent_offset();
+            let end = first + value_len as u64;
+            if offset < first || offset + u64::from(len) > end {
+                return SlotCheck::NotPlain;
+            }
+            ((offset - first) as usize, len as usize)
+        }
+    };
+    out.copy_within(start + from..start + from + n, 0);
+    out.truncate(n);
     SlotCheck::Value(version)
 }
 
@@ -431,6 +478,8 @@ struct Probe<'a> {
     fingerprint: u32,
     use_cache: bool,
     failed_fresh: Option<u64>,
+    /// The byte range wanted of an array (`None`: a single value).
+    range: Option<(u64, u32)>,
 }
 
 enum SlotCheck {

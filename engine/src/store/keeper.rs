@@ -1,0 +1,215 @@
+//! The hot-record keeper: keeps small live records in the memory ring.
+//!
+//! The ring holds the newest `ring_bytes` of the log; a record that falls out
+//! of it is still served, but by RPC from the device, not one-sided. Bulk
+//! data passing through (an IO500 ior phase writes gigabytes) would push out
+//! every small record written before it: a file namespace's entries and small
+//! files, 64-byte key-value records — the records clients look up one-sided
+//! most and the cheapest to keep. So the keeper copies each live record whose
+//! value (or extent) is at most `hot_value_max` bytes forward — the
+//! cleaner's relocation: same key, value and version at a new address (for an
+//! extent, its first live piece), published in log order and only while no
+//! update of the key is pending — once the record is half a ring old, before
+//! the ring overwrites it.
+//!
+//! Cost and bound: a kept record is written again once per ring lap. At most
+//! a quarter of each lap's bytes are such copies; past that budget the oldest
+//! small records leave the ring as before (a hot set larger than the ring
+//! cannot turn the log into copies only). The keeper reads only the ring,
+//! never the device, and skips superseded records by their state word.
+
+use super::cleaner::Step;
+use super::Store;
+use crate::store::error::Result;
+use ferrite_proto::record::{
+    RecordFlags, RecordView, HEADER_BYTES, OFF_AKEY_LEN, OFF_DKEY_LEN, OFF_FLAGS, OFF_MAGIC,
+    OFF_STATE, OFF_VALUE_LEN, RECORD_ALIGN, RECORD_MAGIC, STATE_SUPERSEDED,
+};
+use glommio::{Latency, Shares};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Shares of the keeper's task queue (foreground queues default to 1000).
+pub const KEEPER_SHARES: usize = 250;
+/// Live pieces of one extent record copied at most (the rest leave the ring).
+const KEEP_PIECES_MAX: usize = 16;
+/// How often an idle keeper looks at the log head.
+const KEEPER_IDLE: Duration = Duration::from_millis(2);
+
+/// The keeper's position, carried between passes.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct KeeperState {
+    /// Next record to look at (a record boundary).
+    pub cursor: u64,
+    /// Ring lap (`cursor / ring_bytes`) the budget counts for.
+    pub lap: u64,
+    /// Bytes copied in that lap.
+    pub lap_copied: u64,
+}
+
+/// What one keeper pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeepReport {
+    pub scanned_bytes: u64,
+    pub records_kept: u64,
+    pub bytes_kept: u64,
+    /// Ring bytes given up because the keeper fell behind the head.
+    pub skipped_bytes: u64,
+}
+
+/// The header fields the keeper decides on.
+struct Peek {
+    len: u64,
+    /// A value or extent no bigger than the limit, not superseded.
+    candidate: bool,
+}
+
+impl Store {
+    /// Reads the header of the record at `at` straight from the ring.
+    /// `None` if the bytes there are not a record (never written).
+    fn peek(&self, at: u64, max_value: usize) -> Option<Peek> {
+        let h = self.ring_slice(at, HEADER_BYTES);
+        let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]) as usize;
+        let u32_at = |o: usize| u32::from_le_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        if u32_at(OFF_MAGIC) != RECORD_MAGIC {
+            return None;
+        }
+        let value_len = u32_at(OFF_VALUE_LEN) as usize;
+        let body = u16_at(OFF_DKEY_LEN) + u16_at(OFF_AKEY_LEN) + value_len;
+        let len = (HEADER_BYTES + body).div_ceil(RECORD_ALIGN) * RECORD_ALIGN;
+        let flags = RecordFlags(h[OFF_FLAGS]);
+        let plain = !(flags.has(RecordFlags::PAD)
+            || flags.has(RecordFlags::TOMBSTONE)
+            || flags.has(RecordFlags::PUNCH_DKEY)
+            || flags.has(RecordFlags::PUNCH_OBJECT));
+        let superseded = u32_at(OFF_STATE) & STATE_SUPERSEDED != 0;
+        Some(Peek {
+            len: len as u64,
+            candidate: plain && !superseded && value_len <= max_value,
+        })
+    }
+
+    /// Copies the record at `at` (a candidate, `len` bytes) forward if it
+    /// is still live — each live piece of an extent; bytes appended.
+    async fn keep_one(&self, at: u64, len: u64) -> Result<u64> {
+        // A private copy: the ring bytes may be overwritten while we wait
+        // for space.
+        let bytes = self.ring_slice(at, len as usize).to_vec();
+        let Ok(view) = RecordView::parse(&bytes) else {
+            return Ok(0);
+        };
+        let mut copied = 0;
+        for _ in 0..KEEP_PIECES_MAX {
+            self.reserve_space(len, false).await?;
+            match self.relocate_step(at, &view)? {
+                Step::Appended(n) => copied += n,
+                Step::Done => break,
+                // An update of the key (or this record's previous piece)
+                // is waiting to be published: let it, then look again.
+                Step::Blocked => {
+                    let head = self.log.borrow().head;
+                    self.wait_durable(head).await?;
+                }
+            }
+        }
+        Ok(copied)
+    }
+
+    /// Looks at every record between the keeper's cursor and half a ring
+    /// behind the head, copying the small live ones forward.
+    pub async fn keep_hot(&self) -> Result<KeepReport> {
+        let ring = self.geo.ring_bytes;
+        let max_value = self.config.hot_value_max as usize;
+        let budget = ring / 4;
+        let mut report = KeepReport::default();
+        loop {
+            self.check_writable()?;
+            let head = self.log.borrow().head;
+            let mut st = self.keeper.get();
+            if st.cursor + ring <= head {
+                // Fell behind: the oldest lap still whole in the ring starts
+                // at the next ring boundary past the overwritten bytes.
+                let resume = (head - ring).div_ceil(ring) * ring;
+                report.skipped_bytes += resume - st.cursor;
+                self.counters.borrow_mut().keeper_skipped_bytes += resume - st.cursor;
+                st.cursor = resume;
+            }
+            if st.cursor + ring / 2 > head {
+                self.keeper.set(st);
+                return Ok(report);
+            }
+            let at = st.cursor;
+            if st.lap != at / ring {
+                st.lap = at / ring;
+                st.lap_copied = 0;
+            }
+            let left = ring - at % ring;
+            let peek = if left < HEADER_BYTES as u64 {
+                None
+            } else {
+                self.peek(at, max_value)
+            };
+            // Not a record: the rest of this lap is padding (records never
+            // cross a ring end).
+            let Some(peek) = peek.filter(|p| p.len <= left) else {
+                st.cursor += left;
+                report.scanned_bytes += left;
+                self.keeper.set(st);
+                continue;
+            };
+            st.cursor += peek.len;
+            report.scanned_bytes += peek.len;
+            let copy = peek.candidate && st.lap_copied < budget;
+            self.keeper.set(st);
+            if copy {
+                let n = self.keep_one(at, peek.len).await?;
+                if n > 0 {
+                    let mut st = self.keeper.get();
+                    st.lap_copied += n;
+                    self.keeper.set(st);
+                    report.records_kept += 1;
+                    report.bytes_kept += n;
+                    let mut c = self.counters.borrow_mut();
+                    c.keeper_records_kept += 1;
+                    c.keeper_bytes_kept += n;
+                }
+            }
+            glommio::yield_if_needed().await;
+        }
+    }
+
+    /// Runs [`Store::keep_hot`] as the head moves, until
+    /// [`Store::stop_cleaner`] (which stops the keeper too) or poisoning.
+    pub async fn run_keeper(self: Rc<Self>) {
+        while !self.cleaner_stop.get() && self.check_writable().is_ok() {
+            if let Err(e) = self.keep_hot().await {
+                tracing::warn!(device = %self.device, error = %e, "keeper pass failed");
+            }
+            glommio::timer::sleep(KEEPER_IDLE).await;
+        }
+    }
+
+    /// Starts the keeper (if `hot_value_max` > 0) at the current head on a
+    /// latency-insensitive task queue of the current executor.
+    pub fn spawn_keeper(self: &Rc<Self>) {
+        if self.config.hot_value_max == 0 {
+            return;
+        }
+        let head = self.log.borrow().head;
+        self.keeper.set(KeeperState {
+            cursor: head,
+            lap: head / self.geo.ring_bytes,
+            lap_copied: 0,
+        });
+        let tq = glommio::executor().create_task_queue(
+            Shares::Static(KEEPER_SHARES),
+            Latency::NotImportant,
+            "store-keeper",
+        );
+        let fut = Rc::clone(self).run_keeper();
+        let _ = match glommio::spawn_local_into(fut, tq) {
+            Ok(t) => t.detach(),
+            Err(_) => glommio::spawn_local(Rc::clone(self).run_keeper()).detach(),
+        };
+    }
+}
