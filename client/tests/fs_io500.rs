@@ -94,6 +94,8 @@ fn write_behind_and_deferred_writes_are_read_back_by_another_client() {
     let deferred = backend.create("deferred").unwrap();
     backend.write_at(&deferred, 0, &[6u8; 3901]).unwrap();
     backend.close(deferred).unwrap();
+    // The close went behind: drained, another client sees it.
+    backend.drain().unwrap();
     let fh = other.open(ROOT_OBJECT, "deferred").unwrap();
     assert_eq!(fh.size(), 3901);
     other.read(&fh, 0, &mut back).unwrap();
@@ -146,4 +148,38 @@ fn readdir_asks_for_entries_in_batches_without_one_sided_reads() {
     assert_eq!(seen, n);
     // Two pages: a listing and a batch of fetches each, not a request per entry.
     assert_eq!(requests, 4);
+}
+
+#[test]
+fn closes_and_unlinks_behind_complete_in_drain_and_report_failures() {
+    let backend = backend();
+    let url = backend.namespace().client().url();
+    let other = Namespace::new(Arc::new(Client::connect(&url).unwrap()), 9);
+    let files = 300u64; // beyond the backend's in-flight window
+    for i in 0..files {
+        let f = backend.create(&format!("f{i}")).unwrap();
+        backend.write_at(&f, 0, &[i as u8; 3901]).unwrap();
+        backend.close(f).unwrap();
+    }
+    backend.drain().unwrap();
+    let mut back = vec![0u8; 3901];
+    for i in 0..files {
+        let fh = other.open(ROOT_OBJECT, &format!("f{i}")).unwrap();
+        assert_eq!(fh.size(), 3901, "f{i}");
+        other.read(&fh, 0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == i as u8), "f{i}");
+    }
+    // An unlink removes the name before it returns; the data goes behind.
+    for i in 0..files {
+        backend.unlink(&format!("f{i}")).unwrap();
+        assert!(other.lookup(ROOT_OBJECT, &format!("f{i}")).is_err(), "f{i}");
+    }
+    backend.drain().unwrap();
+    // A close-behind that fails (the file was removed meanwhile) is reported by drain.
+    let f = backend.create("gone").unwrap();
+    backend.write_at(&f, 0, &[1u8; 3901]).unwrap();
+    other.unlink(ROOT_OBJECT, "gone").unwrap();
+    backend.close(f).unwrap();
+    assert!(backend.drain().is_err(), "the failed close was lost");
+    backend.drain().unwrap();
 }

@@ -47,8 +47,9 @@ pub struct Args {
     #[arg(long)]
     pub embedded_xstreams: Option<usize>,
     /// When the embedded engine acknowledges updates: `process` (once written to its
-    /// device, flushed by fsync — what the posix backend gets from a local file system) or
-    /// `device` (after a device flush per group commit).
+    /// bdev files through the page cache, flushed by fsync — what the posix backend gets
+    /// from a local file system) or `device` (O_DIRECT, after a device flush per group
+    /// commit).
     #[arg(long, value_enum, default_value_t = EmbeddedDurability::Process)]
     pub embedded_durability: EmbeddedDurability,
     /// Client tasks (threads) per phase. Default: the number of CPUs.
@@ -80,8 +81,10 @@ pub struct Args {
     pub mdtest_hard_max_files: Option<u64>,
 }
 
-/// Ring bytes of each embedded target: 256 MiB, or an eighth of a smaller bdev (a power of
-/// two, at least 1 MiB).
+/// Ring bytes of each embedded target: an eighth of its bdev (a power of two, 1 MiB to
+/// 1 GiB; the 8 GiB default gets 1 GiB, so two targets hold 2 GiB of the log in memory).
+/// The ring holds what clients read one-sided: the engine's keeper keeps small records (a
+/// run's entries and mdtest-hard files) in it while the ior data passes through.
 #[cfg(feature = "embedded")]
 fn embedded_ring_bytes(bdev_bytes: u64) -> u64 {
     let eighth = (bdev_bytes / 8).max(1 << 20);
@@ -152,6 +155,8 @@ fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
         EmbeddedDurability::Device => ferrite_engine::store::Durability::Device,
     };
     let client = ferrite_client::embedded::connect_with(options, |config| {
+        // `process` is a local file system's guarantee (page cache, fsync on sync), so its
+        // bdev files are buffered like the posix backend's files; `device` writes through.
         let direct = u8::from(durability == ferrite_engine::store::Durability::Device);
         config.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={size}&direct={direct}");
         config.xstreams = xstreams;
@@ -284,7 +289,8 @@ mod tests {
     #[cfg(feature = "embedded")]
     #[test]
     fn embedded_ring_fits_the_bdev() {
-        assert_eq!(super::embedded_ring_bytes(8 << 30), 256 << 20);
+        assert_eq!(super::embedded_ring_bytes(8 << 30), 1 << 30);
+        assert_eq!(super::embedded_ring_bytes(64 << 30), 1 << 30);
         assert_eq!(super::embedded_ring_bytes(256 << 20), 32 << 20);
         assert_eq!(super::embedded_ring_bytes(300 << 20), 32 << 20);
         assert_eq!(super::embedded_ring_bytes(1 << 20), 1 << 20);

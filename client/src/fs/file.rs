@@ -145,10 +145,50 @@ impl Namespace {
     /// opening the file while this runs may see the new size before the
     /// data, as with any write racing an open).
     pub fn write_and_close(&self, fh: FileHandle, offset: u64, data: &[u8]) -> FsResult<()> {
-        let mut requests = self.write_requests(&fh, offset, data);
-        let writes = requests.len();
-        let end = offset + data.len() as u64;
-        Self::note_written(&fh, end);
+        let (requests, seen) = self.close_batch(&fh, offset, data);
+        let replies = self
+            .client
+            .batch(requests)
+            .map_err(client_err(fh.name.clone()))?;
+        self.finish_close(&fh, seen, replies)
+    }
+
+    /// [`write_and_close`](Self::write_and_close) as a future: the batch is
+    /// sent now and its replies are checked when the future is awaited.
+    /// The handle comes back (nothing sent) when the writes do not fit in
+    /// one batch.
+    pub fn write_and_close_async(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<super::FsFuture, FileHandle> {
+        let chunk = u64::from(fh.entry.chunk_size.max(1));
+        let pieces = (offset + data.len() as u64).div_ceil(chunk) - offset / chunk;
+        if pieces as usize + 1 > ferrite_proto::rpc::message::MAX_BATCH_ITEMS {
+            return Err(fh);
+        }
+        let (requests, seen) = self.close_batch(&fh, offset, data);
+        let n = requests.len();
+        let sent = self.client.request_async(&Request::Batch(requests));
+        let ns = self.clone();
+        Ok(Box::pin(async move {
+            let replies = sent
+                .await
+                .and_then(crate::client::reply::batch)
+                .map_err(client_err(fh.name.clone()))?;
+            if replies.len() != n {
+                return Err(FsError::Invalid(fh.name.clone(), "short batch reply"));
+            }
+            ns.finish_close(&fh, seen, replies)
+        }))
+    }
+
+    /// The requests of a final write plus the size update, and the entry
+    /// version the update expects.
+    fn close_batch(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> (Vec<Request>, u64) {
+        let mut requests = self.write_requests(fh, offset, data);
+        Self::note_written(fh, offset + data.len() as u64);
         let mut grown = fh.entry.clone();
         grown.size = grown.size.max(fh.written_end.load(Ordering::Acquire));
         grown.mtime_ns = now_ns();
@@ -158,10 +198,12 @@ impl Namespace {
             expected_version: seen,
             value: grown.encode(),
         });
-        let mut replies = self
-            .client
-            .batch(requests)
-            .map_err(client_err(fh.name.clone()))?;
+        (requests, seen)
+    }
+
+    /// Checks the replies of a [`close_batch`](Self::close_batch).
+    fn finish_close(&self, fh: &FileHandle, seen: u64, mut replies: Vec<Reply>) -> FsResult<()> {
+        let writes = replies.len().saturating_sub(1);
         let cond = replies.pop();
         for r in replies.into_iter().take(writes) {
             expect_version(&fh.name, Ok(r))?;
@@ -173,7 +215,7 @@ impl Namespace {
                 Ok(())
             }
             // Someone else changed the entry since open: merge the size in.
-            Err(ClientError::VersionMismatch { .. }) => self.publish(&fh),
+            Err(ClientError::VersionMismatch { .. }) => self.publish(fh),
             Err(e) => Err(client_err(fh.name.clone())(e)),
         }
     }

@@ -1,12 +1,10 @@
 //! The IO500 runner's backend on the Ferrite namespace (like IOR's DFS
 //! backend): every phase goes through the client library, no POSIX layer.
 
-use super::{EntryKind as FsKind, FileHandle, FsError, Namespace, ROOT_OBJECT};
+use super::{EntryKind as FsKind, FileHandle, FsError, FsFuture, Namespace, ROOT_OBJECT};
 use crate::io500::backend::{DirEntry, EntryKind, FileStat, Io500Backend};
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -19,8 +17,11 @@ const DEFERRED_WRITE_MAX: usize = 64 << 10;
 const WRITES_IN_FLIGHT_MAX: usize = 64;
 /// Bytes in flight per open file before `write_at` waits for the oldest.
 const BYTES_IN_FLIGHT_MAX: usize = 16 << 20;
+/// Closes and unlinks whose last requests are in flight, across the backend,
+/// before the next one waits for the oldest.
+const BEHIND_MAX: usize = 256;
 
-type PendingWrite = Pin<Box<dyn Future<Output = super::FsResult<()>> + Send>>;
+type PendingWrite = FsFuture;
 
 /// An open file of the IO500 backend: the namespace's handle plus its
 /// write-behind state. Every write is acknowledged (or its error reported)
@@ -90,10 +91,20 @@ fn wait_all(writes: Vec<PendingWrite>) -> io::Result<()> {
 
 /// The namespace as an IO500 backend. Directory objects made through it are
 /// cached by path (the runner makes every parent through the same value).
+///
+/// Close-behind and unlink-behind: a close whose file's only write was
+/// deferred sends that write with the size update and returns; an unlink
+/// removes the name and sends the removal of the data. Their replies are
+/// checked later — when more than [`BEHIND_MAX`] are in flight, before any
+/// lookup through the backend (`open`, `stat`, `readdir`, `rmdir`), and in
+/// [`drain`](Io500Backend::drain), which every task of a phase runs before it
+/// finishes. So a phase's time includes every acknowledgment, and nothing
+/// read through the backend misses an earlier close.
 pub struct FerriteBackend {
     ns: Namespace,
     description: String,
     dirs: RwLock<HashMap<String, u128>>,
+    behind: Mutex<VecDeque<FsFuture>>,
 }
 
 impl FerriteBackend {
@@ -102,6 +113,7 @@ impl FerriteBackend {
             ns,
             description,
             dirs: RwLock::new(HashMap::new()),
+            behind: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -119,6 +131,17 @@ impl FerriteBackend {
             st.take_excess(true)
         };
         wait_all(pending)
+    }
+
+    /// Queues an operation in flight; waits for the oldest beyond the limit.
+    fn push_behind(&self, op: FsFuture) -> io::Result<()> {
+        let excess: Vec<FsFuture> = {
+            let mut q = self.behind.lock().unwrap_or_else(|e| e.into_inner());
+            q.push_back(op);
+            let n = q.len().saturating_sub(BEHIND_MAX);
+            q.drain(..n).collect()
+        };
+        wait_all(excess)
     }
 
     /// Splits `path` into its parent directory's object and the last name.
@@ -188,6 +211,7 @@ impl Io500Backend for FerriteBackend {
     }
 
     fn rmdir(&self, path: &str) -> io::Result<()> {
+        self.drain()?;
         let (parent, name) = self.parent_of(path)?;
         self.ns.rmdir(parent, name).map_err(FsError::into_io)?;
         if let Ok(mut d) = self.dirs.write() {
@@ -205,6 +229,7 @@ impl Io500Backend for FerriteBackend {
     }
 
     fn open(&self, path: &str) -> io::Result<FerriteFile> {
+        self.drain()?;
         let (parent, name) = self.parent_of(path)?;
         self.ns
             .open(parent, name)
@@ -246,18 +271,35 @@ impl Io500Backend for FerriteBackend {
             let mut st = file.state();
             (st.deferred.take(), st.take_excess(true))
         };
-        let waited = wait_all(pending);
-        let closed = match deferred {
-            Some((offset, data)) if waited.is_ok() => {
-                self.ns.write_and_close(file.fh, offset, &data)
+        match deferred {
+            // The file's only write: it goes with the size update, behind.
+            Some((offset, data)) if pending.is_empty() => {
+                let FerriteFile { fh, .. } = file;
+                match self.ns.write_and_close_async(fh, offset, &data) {
+                    Ok(op) => self.push_behind(op),
+                    Err(fh) => self
+                        .ns
+                        .write_and_close(fh, offset, &data)
+                        .map_err(FsError::into_io),
+                }
             }
-            _ => self.ns.close(file.fh),
-        };
-        waited?;
-        closed.map_err(FsError::into_io)
+            Some((offset, data)) => {
+                wait_all(pending)?;
+                self.ns
+                    .write_and_close(file.fh, offset, &data)
+                    .map_err(FsError::into_io)
+            }
+            None => {
+                let waited = wait_all(pending);
+                let closed = self.ns.close(file.fh);
+                waited?;
+                closed.map_err(FsError::into_io)
+            }
+        }
     }
 
     fn stat(&self, path: &str) -> io::Result<FileStat> {
+        self.drain()?;
         if path.is_empty() {
             return Ok(to_stat(&self.ns.root_entry()));
         }
@@ -268,7 +310,22 @@ impl Io500Backend for FerriteBackend {
 
     fn unlink(&self, path: &str) -> io::Result<()> {
         let (parent, name) = self.parent_of(path)?;
-        self.ns.unlink(parent, name).map_err(FsError::into_io)
+        match self
+            .ns
+            .unlink_behind(parent, name)
+            .map_err(FsError::into_io)?
+        {
+            Some(data) => self.push_behind(data),
+            None => Ok(()),
+        }
+    }
+
+    fn drain(&self) -> io::Result<()> {
+        let all: Vec<FsFuture> = {
+            let mut q = self.behind.lock().unwrap_or_else(|e| e.into_inner());
+            q.drain(..).collect()
+        };
+        wait_all(all)
     }
 
     fn readdir(
@@ -276,6 +333,7 @@ impl Io500Backend for FerriteBackend {
         path: &str,
         visit: &mut dyn FnMut(DirEntry) -> io::Result<()>,
     ) -> io::Result<()> {
+        self.drain()?;
         let dir = self.dir_object(path)?;
         let mut failure: Option<io::Error> = None;
         let r = self.ns.readdir(dir, |name, e| {

@@ -38,6 +38,9 @@ pub const NAME_MAX_BYTES: usize = 255;
 /// Entries per readdir page asked of the engine.
 pub const READDIR_PAGE: u32 = 1024;
 
+/// An operation sent to the engine whose replies are checked when awaited.
+pub type FsFuture = std::pin::Pin<Box<dyn std::future::Future<Output = FsResult<()>> + Send>>;
+
 /// A file namespace in one container of an engine.
 #[derive(Clone)]
 pub struct Namespace {
@@ -200,26 +203,38 @@ impl Namespace {
 
     /// Removes file or symlink `name` from `dir`, then its data.
     pub fn unlink(&self, dir: u128, name: &str) -> FsResult<()> {
+        match self.unlink_behind(dir, name)? {
+            Some(data) => futures::executor::block_on(data),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes the name now (the entry is gone when this returns) and sends
+    /// the removal of the file's data, returning it as a future to await
+    /// later (`None`: nothing to remove). The entry goes first, so a crash
+    /// in between leaves unreachable chunks, never a name without its data.
+    pub fn unlink_behind(&self, dir: u128, name: &str) -> FsResult<Option<FsFuture>> {
         let e = self.lookup(dir, name)?;
         if e.kind == EntryKind::Dir {
             return Err(FsError::IsDir(name.to_string()));
         }
         self.remove_entry(dir, name)?;
-        if e.kind == EntryKind::File {
-            self.remove_data(&e, name)?;
+        if e.kind != EntryKind::File || e.size == 0 {
+            return Ok(None);
         }
-        Ok(())
+        Ok(Some(self.remove_data(&e, name)))
     }
 
     /// Removes a file's chunks. Small files punch just the chunk dkeys
     /// inside their size, in parallel (one target each); big ones punch the
     /// whole object (one request to every target). Chunks a crashed writer
     /// wrote past the published size of a small file are not reclaimed.
-    fn remove_data(&self, e: &Entry, name: &str) -> FsResult<()> {
+    fn remove_data(&self, e: &Entry, name: &str) -> FsFuture {
         const TARGETED_CHUNKS_MAX: u64 = 16;
         let chunks = e.size.div_ceil(u64::from(e.chunk_size.max(1)));
         if chunks > TARGETED_CHUNKS_MAX {
-            return self.punch_object(e.object, name);
+            let result = self.punch_object(e.object, name);
+            return Box::pin(async move { result });
         }
         let futures: Vec<_> = (0..chunks)
             .map(|i| {
@@ -234,20 +249,23 @@ impl Namespace {
                 })
             })
             .collect();
-        for r in futures::executor::block_on(futures::future::join_all(futures)) {
-            match r.map_err(client_err(format!("remove data of {name}")))? {
-                Reply::Version(_) => {}
-                other => {
-                    return Err(unexpected_reply(
-                        format!("remove data of {name}"),
-                        "punch",
-                        self.client.url(),
-                        other,
-                    ))
+        let (name, url) = (name.to_string(), self.client.url());
+        Box::pin(async move {
+            for r in futures::future::join_all(futures).await {
+                match r.map_err(client_err(format!("remove data of {name}")))? {
+                    Reply::Version(_) => {}
+                    other => {
+                        return Err(unexpected_reply(
+                            format!("remove data of {name}"),
+                            "punch",
+                            url,
+                            other,
+                        ))
+                    }
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Removes the empty directory `name` from `dir`.

@@ -105,7 +105,8 @@ pub trait Io500Backend: Send + Sync {
     /// file by the ior write phases, never by mdtest.
     fn sync(&self, file: &Self::File) -> io::Result<()>;
 
-    /// Closes the handle. After it returns, other tasks see everything written through it.
+    /// Closes the handle. Other tasks see everything written through it once it returned
+    /// and the backend was drained ([`drain`](Self::drain)).
     fn close(&self, file: Self::File) -> io::Result<()>;
 
     /// Size, kind and modification time of `path`.
@@ -121,6 +122,13 @@ pub trait Io500Backend: Send + Sync {
         path: &str,
         visit: &mut dyn FnMut(DirEntry) -> io::Result<()>,
     ) -> io::Result<()>;
+
+    /// Completes every operation the backend left in flight (a close or unlink acknowledged
+    /// before its storage requests were) and reports the first failure among them. Each
+    /// task of a phase calls it before it finishes, so the phase's time includes them.
+    fn drain(&self) -> io::Result<()> {
+        Ok(())
+    }
 
     /// Requests sent to the storage so far (a batch of requests counts once), for the
     /// per-phase round trips of the report; `None` when the backend does not count them.

@@ -79,7 +79,11 @@ pub(crate) fn write<B: Io500Backend>(
             progress.add(1, bytes);
             Ok(())
         };
-        wall.run(task, step, name)
+        let done = wall.run(task, step, name)?;
+        ctx.backend
+            .drain()
+            .map_err(io_context(name, "drain", ctx.layout.root()))?;
+        Ok(done)
     })?;
     let seconds = start.elapsed().as_secs_f64();
     let ops: u64 = counts.iter().sum();
@@ -180,6 +184,9 @@ pub(crate) fn follow_up<B: Io500Backend>(
             errors += act_on(ctx, name, shape, action, (source, index), &mut buf)?;
             progress.add(1, bytes_each);
         }
+        ctx.backend
+            .drain()
+            .map_err(io_context(name, "drain", ctx.layout.root()))?;
         Ok(errors)
     })?;
     let seconds = start.elapsed().as_secs_f64();
