@@ -24,7 +24,7 @@ impl Client {
     /// Sends `request` now; the future resolves to its reply.
     pub fn request_async(&self, request: &Request) -> ReplyFuture {
         self.counters.add(Counter::RpcRequest, 1);
-        self.conn().request_async(request)
+        self.conn_for(request).request_async(request)
     }
 
     /// GET as a future: one-sided in the call when possible, else by RPC.
@@ -77,7 +77,7 @@ impl Client {
     /// [`EventQueue::poll`] or await it with [`EventQueue::wait`]).
     pub fn submit(&self, request: &Request, event: Event<Answer>) {
         self.counters.add(Counter::RpcRequest, 1);
-        self.conn().request_event(request, event);
+        self.conn_for(request).request_event(request, event);
     }
 
     /// GET completing `event` with `Reply::Value`: at once when one-sided.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::region::{Provider, RegionDescriptor, RegionKind};
+use ferrite_proto::rpc::handshake::WELCOME_SERVED_BY;
 use ferrite_proto::rpc::message::MAX_BATCH_ITEMS;
 use ferrite_proto::rpc::{Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat};
 
@@ -67,11 +68,46 @@ pub struct EngineStat {
     pub client_counters: CounterSnapshot,
 }
 
+/// The connections being opened, by the xstream serving each.
+struct ConnPool {
+    conns: Vec<Arc<Connection>>,
+    by_xstream: Vec<Vec<usize>>,
+}
+
+impl ConnPool {
+    fn new(xstreams: usize) -> Self {
+        Self {
+            conns: Vec::new(),
+            by_xstream: vec![Vec::new(); xstreams],
+        }
+    }
+
+    fn add(&mut self, conn: Connection, welcome: &ferrite_proto::rpc::Welcome) {
+        let served = welcome.flags & WELCOME_SERVED_BY != 0;
+        if let Some(list) = self
+            .by_xstream
+            .get_mut(usize::from(welcome.served_by))
+            .filter(|_| served)
+        {
+            list.push(self.conns.len());
+        }
+        self.conns.push(Arc::new(conn));
+    }
+
+    /// Every xstream serves a connection (or the engine does not say which).
+    fn covers_all(&self) -> bool {
+        self.by_xstream.iter().all(|l| !l.is_empty())
+            || self.by_xstream.iter().all(|l| l.is_empty())
+    }
+}
+
 /// A connection pool to one engine plus its one-sided reader.
 /// `Send + Sync`: share it (in an `Arc`) between threads.
 pub struct Client {
     url: EngineUrl,
     conns: Vec<Arc<Connection>>,
+    /// Indices into `conns` of the connections each xstream serves.
+    by_xstream: Vec<Vec<usize>>,
     reader: Option<OneSidedReader>,
     pub(crate) counters: Arc<Counters>,
     incarnation: u64,
@@ -112,16 +148,23 @@ impl Client {
             want_shm: opts.one_sided && is_loopback_shm(&url),
         };
         let (first, session) = Connection::open(&url, &first_opts, opts.request_timeout)?;
-        let mut conns = vec![Arc::new(first)];
+        let xstreams = session.welcome.targets.iter().map(|t| t.xstream).max();
+        let xstreams = usize::from(xstreams.unwrap_or(0)) + 1;
+        let mut pool = ConnPool::new(xstreams);
+        pool.add(first, &session.welcome);
         let rest = ConnectOptions {
             want_shm: false,
             ..first_opts
         };
-        for _ in 1..n {
-            conns.push(Arc::new(
-                Connection::open(&url, &rest, opts.request_timeout)?.0,
-            ));
+        // `n` connections, and more (a few) until every xstream serves one.
+        for _ in 1..n + 2 * xstreams {
+            if pool.conns.len() >= n && pool.covers_all() {
+                break;
+            }
+            let (c, s) = Connection::open(&url, &rest, opts.request_timeout)?;
+            pool.add(c, &s.welcome);
         }
+        let ConnPool { conns, by_xstream } = pool;
         let Session { welcome, fds } = session;
         let reader = if opts.one_sided {
             build_reader(
@@ -137,6 +180,7 @@ impl Client {
         Ok(Self {
             url,
             conns,
+            by_xstream,
             reader,
             counters: Arc::new(Counters::default()),
             incarnation: welcome.incarnation,
@@ -182,25 +226,44 @@ impl Client {
         self.counters.snapshot()
     }
 
-    /// A connection of the pool, spreading threads over them.
-    pub(crate) fn conn(&self) -> &Arc<Connection> {
+    /// This thread's slot, spreading threads over connections.
+    fn slot(&self) -> usize {
         thread_local! {
             static SLOT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
         }
-        let i = SLOT.with(|s| {
+        SLOT.with(|s| {
             if s.get() == usize::MAX {
                 s.set(self.next_conn.fetch_add(1, Ordering::Relaxed));
             }
             s.get()
-        });
-        &self.conns[i % self.conns.len()]
+        })
+    }
+
+    /// A connection of the pool, spreading threads over them.
+    pub(crate) fn conn(&self) -> &Arc<Connection> {
+        &self.conns[self.slot() % self.conns.len()]
+    }
+
+    /// The connection for `request`: one served by the xstream of the
+    /// target that owns it (the engine then runs it without a hop between
+    /// xstreams), else any.
+    pub(crate) fn conn_for(&self, request: &Request) -> &Arc<Connection> {
+        let served = request
+            .owner(self.targets.len() as u32)
+            .and_then(|t| self.targets.get(t as usize))
+            .and_then(|t| self.by_xstream.get(usize::from(t.xstream)))
+            .filter(|c| !c.is_empty());
+        match served {
+            Some(c) => &self.conns[c[self.slot() % c.len()]],
+            None => self.conn(),
+        }
     }
 
     /// Sends one request and waits for its reply (any reply, including
     /// `Reply::Error`).
     pub fn request(&self, request: &Request) -> Result<Reply> {
         self.counters.add(Counter::RpcRequest, 1);
-        self.conn().request(request)
+        self.conn_for(request).request(request)
     }
 
     /// The value of `key`, or `None` if it has none.

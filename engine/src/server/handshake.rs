@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 
 use ferrite_proto::rpc::handshake::{
     engine_proof, verify_login_proof, AUTH_NONE, AUTH_TOKEN_HMAC_SHA256, HELLO_WANT_SHM,
-    NONCE_BYTES, PROOF_BYTES, WELCOME_FDS_ATTACHED,
+    NONCE_BYTES, PROOF_BYTES, WELCOME_FDS_ATTACHED, WELCOME_SERVED_BY,
 };
 use ferrite_proto::rpc::{self, Challenge, ErrorCode, MessageType, Reply, Request, Welcome};
 use futures::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -101,12 +101,15 @@ where
     } else {
         exports.iter().map(|(_, d)| *d).collect()
     };
+    let served_by = ferrite_xstream::current().map(|x| x.0 as u16);
+    let fds_flag = if exports.is_empty() {
+        0
+    } else {
+        WELCOME_FDS_ATTACHED
+    };
     let welcome = Reply::Welcome(Welcome {
-        flags: if exports.is_empty() {
-            0
-        } else {
-            WELCOME_FDS_ATTACHED
-        },
+        flags: fds_flag | served_by.map_or(0, |_| WELCOME_SERVED_BY),
+        served_by: served_by.unwrap_or(0),
         incarnation: shared.incarnation,
         server_proof,
         targets: shared.target_map(),

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use ferrite_proto::key::{dkey_hash, target_of};
 use ferrite_proto::rpc::{ErrorCode, PunchScope, Reply, Request};
 use ferrite_xstream::{TaskClass, XstreamId};
 use futures::future::join_all;
@@ -80,24 +79,9 @@ async fn execute_one(shared: &Arc<Shared>, req: Request) -> Reply {
     }
 }
 
-/// The target owning a keyed request's dkey.
+/// The target owning a keyed request's dkey (0 for others).
 fn owner(shared: &Shared, req: &Request) -> usize {
-    let (container, object, dkey) = match req {
-        Request::Update { key, .. }
-        | Request::Fetch { key }
-        | Request::Punch { key, .. }
-        | Request::CondUpdate { key, .. }
-        | Request::ExtentWrite { key, .. }
-        | Request::ExtentRead { key, .. } => (key.container, key.object, key.dkey.as_slice()),
-        Request::ListAkeys {
-            container,
-            object,
-            dkey,
-            ..
-        } => (*container, *object, dkey.as_slice()),
-        _ => return 0,
-    };
-    target_of(dkey_hash(container, object, dkey), shared.target_count()) as usize
+    req.owner(shared.target_count()).unwrap_or(0) as usize
 }
 
 /// Runs `req` on target `t`'s xstream; notes a target turned read-only.

@@ -66,6 +66,30 @@ impl Request {
         }
     }
 
+    /// The target that owns a keyed request's dkey among `target_count`
+    /// (a batch: its first keyed item's); `None` for requests of no one
+    /// target (listing dkeys, stat, sync...).
+    pub fn owner(&self, target_count: u32) -> Option<u32> {
+        let (container, object, dkey) = match self {
+            Self::Update { key, .. }
+            | Self::Fetch { key }
+            | Self::Punch { key, .. }
+            | Self::CondUpdate { key, .. }
+            | Self::ExtentWrite { key, .. }
+            | Self::ExtentRead { key, .. } => (key.container, key.object, key.dkey.as_slice()),
+            Self::ListAkeys {
+                container,
+                object,
+                dkey,
+                ..
+            } => (*container, *object, dkey.as_slice()),
+            Self::Batch(items) => return items.iter().find_map(|i| i.owner(target_count)),
+            _ => return None,
+        };
+        let hash = crate::key::dkey_hash(container, object, dkey);
+        Some(crate::key::target_of(hash, target_count))
+    }
+
     /// Appends the body (no frame header) to `out`.
     pub fn encode_body(&self, out: &mut Vec<u8>) {
         match self {

@@ -32,6 +32,8 @@ pub const MAX_TARGETS: usize = 1024;
 pub const HELLO_WANT_SHM: u32 = 1;
 /// Welcome flag: one fd per shm region rides on this frame (SCM_RIGHTS).
 pub const WELCOME_FDS_ATTACHED: u16 = 1;
+/// Welcome flag: `served_by` names the xstream serving this connection.
+pub const WELCOME_SERVED_BY: u16 = 1 << 1;
 
 /// Challenge `auth` values.
 pub const AUTH_NONE: u8 = 0;
@@ -156,8 +158,14 @@ pub struct TargetInfo {
 /// Reply to Login: the engine's layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Welcome {
-    /// [`WELCOME_FDS_ATTACHED`] when shm fds ride on this frame.
+    /// [`WELCOME_FDS_ATTACHED`] when shm fds ride on this frame,
+    /// [`WELCOME_SERVED_BY`] when `served_by` is set.
     pub flags: u16,
+    /// The xstream that runs this connection's requests: a client that sends
+    /// each request on a connection served by the owning target's xstream
+    /// spares the engine a hop between xstreams. Meaningful with
+    /// [`WELCOME_SERVED_BY`] only.
+    pub served_by: u16,
     /// Random per engine start; a change tells a client the engine restarted.
     pub incarnation: u64,
     pub server_proof: [u8; PROOF_BYTES],
@@ -170,7 +178,7 @@ impl Welcome {
         out.put_u16(self.flags);
         out.put_u16(len_u16(self.targets.len()));
         out.put_u16(len_u16(self.regions.len()));
-        out.put_u16(0);
+        out.put_u16(self.served_by);
         out.put_u64(self.incarnation);
         out.put_bytes(&self.server_proof);
         for t in &self.targets {
@@ -188,7 +196,7 @@ impl Welcome {
         let flags = r.u16()?;
         let target_count = usize::from(r.u16()?);
         let region_count = usize::from(r.u16()?);
-        let _reserved = r.u16()?;
+        let served_by = r.u16()?;
         if target_count == 0 || target_count > MAX_TARGETS {
             return Err(r.range("target_count", target_count as u64));
         }
@@ -213,6 +221,7 @@ impl Welcome {
         }
         Ok(Self {
             flags,
+            served_by,
             incarnation,
             server_proof,
             targets,

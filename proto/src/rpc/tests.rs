@@ -124,7 +124,8 @@ fn welcome() -> impl Strategy<Value = Reply> {
             })
             .collect();
         Reply::Welcome(Welcome {
-            flags: u16::from(shm),
+            flags: u16::from(shm) | (incarnation as u16 & WELCOME_SERVED_BY),
+            served_by: (incarnation >> 16) as u16 % n.max(1) as u16,
             incarnation,
             server_proof: [7; 32],
             targets: (0..n as u16)
