@@ -155,24 +155,24 @@ impl Namespace {
 
     /// [`write_and_close`](Self::write_and_close) as a future: the batch is
     /// sent now and its replies are checked when the future is awaited.
-    /// The handle comes back (nothing sent) when the writes do not fit in
-    /// one batch.
+    /// Writes too big for one batch are done before this returns.
     pub fn write_and_close_async(
         &self,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-    ) -> Result<super::FsFuture, FileHandle> {
+    ) -> super::FsFuture {
         let chunk = u64::from(fh.entry.chunk_size.max(1));
         let pieces = (offset + data.len() as u64).div_ceil(chunk) - offset / chunk;
         if pieces as usize + 1 > ferrite_proto::rpc::message::MAX_BATCH_ITEMS {
-            return Err(fh);
+            let done = self.write_and_close(fh, offset, data);
+            return Box::pin(async move { done });
         }
         let (requests, seen) = self.close_batch(&fh, offset, data);
         let n = requests.len();
         let sent = self.client.request_async(&Request::Batch(requests));
         let ns = self.clone();
-        Ok(Box::pin(async move {
+        Box::pin(async move {
             let replies = sent
                 .await
                 .and_then(crate::client::reply::batch)
@@ -181,7 +181,7 @@ impl Namespace {
                 return Err(FsError::Invalid(fh.name.clone(), "short batch reply"));
             }
             ns.finish_close(&fh, seen, replies)
-        }))
+        })
     }
 
     /// The requests of a final write plus the size update, and the entry
@@ -358,6 +358,14 @@ impl Namespace {
     }
 }
 
+/// Copies `value` into `out`, zero-filling what it does not reach (holes).
+fn fill(out: &mut [u8], value: Option<Vec<u8>>) {
+    let value = value.unwrap_or_default();
+    let k = value.len().min(out.len());
+    out[..k].copy_from_slice(&value[..k]);
+    out[k..].fill(0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,12 +384,4 @@ mod tests {
         assert!(chunk_dkey(1) < chunk_dkey(2));
         assert!(chunk_dkey(255) < chunk_dkey(256));
     }
-}
-
-/// Copies `value` into `out`, zero-filling what it does not reach (holes).
-fn fill(out: &mut [u8], value: Option<Vec<u8>>) {
-    let value = value.unwrap_or_default();
-    let k = value.len().min(out.len());
-    out[..k].copy_from_slice(&value[..k]);
-    out[k..].fill(0);
 }

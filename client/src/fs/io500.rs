@@ -275,13 +275,8 @@ impl Io500Backend for FerriteBackend {
             // The file's only write: it goes with the size update, behind.
             Some((offset, data)) if pending.is_empty() => {
                 let FerriteFile { fh, .. } = file;
-                match self.ns.write_and_close_async(fh, offset, &data) {
-                    Ok(op) => self.push_behind(op),
-                    Err(fh) => self
-                        .ns
-                        .write_and_close(fh, offset, &data)
-                        .map_err(FsError::into_io),
-                }
+                let op = self.ns.write_and_close_async(fh, offset, &data);
+                self.push_behind(op)
             }
             Some((offset, data)) => {
                 wait_all(pending)?;

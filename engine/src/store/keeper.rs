@@ -207,9 +207,13 @@ impl Store {
             "store-keeper",
         );
         let fut = Rc::clone(self).run_keeper();
-        let _ = match glommio::spawn_local_into(fut, tq) {
-            Ok(t) => t.detach(),
-            Err(_) => glommio::spawn_local(Rc::clone(self).run_keeper()).detach(),
-        };
+        match glommio::spawn_local_into(fut, tq) {
+            Ok(t) => {
+                t.detach();
+            }
+            Err(_) => {
+                glommio::spawn_local(Rc::clone(self).run_keeper()).detach();
+            }
+        }
     }
 }
