@@ -324,16 +324,50 @@ fn next_frame(
                 buf.drain(..len);
                 return Ok(Some((header, body)));
             }
+            // A big body (ior transfers) is read straight into its own
+            // buffer: one copy out of the kernel instead of three.
+            Ok(Some((header, len))) if len - rpc::HEADER_BYTES > chunk.len() => {
+                let mut body = buf.split_off(rpc::HEADER_BYTES);
+                buf.clear();
+                read_rest(stream, &mut body, len - rpc::HEADER_BYTES)?;
+                return Ok(Some((header, body)));
+            }
             Ok(_) => {}
         }
-        match stream.read(chunk) {
-            Ok(0) if buf.is_empty() => return Ok(None),
-            Ok(0) => return Err("engine closed the connection mid-frame".into()),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        match read_some(stream, chunk)? {
+            0 if buf.is_empty() => return Ok(None),
+            0 => return Err("engine closed the connection mid-frame".into()),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// One `read`, retried when interrupted.
+fn read_some(stream: &mut Stream, into: &mut [u8]) -> std::result::Result<usize, String> {
+    loop {
+        match stream.read(into) {
+            Ok(n) => return Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("read failed: {e}")),
         }
     }
+}
+
+/// Reads into `body` (which holds fewer than `len` bytes) until it holds `len`.
+fn read_rest(
+    stream: &mut Stream,
+    body: &mut Vec<u8>,
+    len: usize,
+) -> std::result::Result<(), String> {
+    let mut have = body.len();
+    body.resize(len, 0);
+    while have < len {
+        match read_some(stream, &mut body[have..])? {
+            0 => return Err("engine closed the connection mid-frame".into()),
+            n => have += n,
+        }
+    }
+    Ok(())
 }
 
 /// Reads one whole reply frame during the handshake, collecting any fds.

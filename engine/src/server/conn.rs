@@ -172,7 +172,7 @@ where
         glommio::spawn_local(async move {
             let kind = req.kind();
             let reply = route::execute(&shared, req).await;
-            let mut out = Vec::new();
+            let mut out = Vec::with_capacity(encoded_size_hint(&reply));
             rpc::encode_reply(kind, header.request_id, &reply, &mut out);
             let _ = tx.send(out).await;
             drop(permit);
@@ -195,6 +195,18 @@ where
     }
     drop(tx);
     writer.await;
+}
+
+/// About how many bytes `reply` encodes to, so that a big value's frame is
+/// allocated once instead of grown by doubling.
+fn encoded_size_hint(reply: &Reply) -> usize {
+    const OVERHEAD: usize = 64;
+    match reply {
+        Reply::Value(Some(f)) => HEADER_BYTES + OVERHEAD + f.value.len(),
+        Reply::Data(d) => HEADER_BYTES + OVERHEAD + d.len(),
+        Reply::Batch(items) => items.iter().map(encoded_size_hint).sum::<usize>() + OVERHEAD,
+        _ => HEADER_BYTES + OVERHEAD,
+    }
 }
 
 /// One of the engine's `max_connections`, given back on drop.
