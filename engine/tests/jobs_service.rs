@@ -134,3 +134,63 @@ fn refused_jobs_name_their_tasks_and_accepted_jobs_survive_restart() {
     }
     service.shutdown();
 }
+
+/// A chain of `n` no-op tasks as a JSON job file.
+fn chain_json(n: usize) -> String {
+    let tasks: Vec<String> = (0..n)
+        .map(|i| match i {
+            0 => r#"{"id":"t0","steps":[{"kind":"noop"}]}"#.to_string(),
+            _ => format!(
+                r#"{{"id":"t{i}","after":["t{}"],"steps":[{{"kind":"noop"}}]}}"#,
+                i - 1
+            ),
+        })
+        .collect();
+    format!(r#"{{"name":"big","tasks":[{}]}}"#, tasks.join(","))
+}
+
+/// Guards that a big job's state file is written off the control task: a
+/// list query sent right behind the submit, on the same connection, is
+/// answered first — while the file is written — and does not show the job
+/// yet; once the submit is answered the job and its file are complete.
+#[test]
+fn queries_are_answered_while_a_big_job_file_is_written() {
+    const TASKS: usize = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let service = JobService::start(JobServiceConfig::new(dir.path().join("jobs"))).unwrap();
+    let mut peer = Peer::connect(&service);
+    let big = ToEngine::Submit {
+        text: chain_json(TASKS),
+        format: SpecFormat::Json,
+        job: None,
+        store: None,
+    };
+    write_frame(&mut peer.output, &big).unwrap();
+    write_frame(&mut peer.output, &ToEngine::List).unwrap();
+    peer.output.flush().unwrap();
+
+    let first: ToPeer = read_frame(&mut peer.input).unwrap().expect("an answer");
+    let ToPeer::Jobs { jobs } = first else {
+        panic!("the submit was answered before the list behind it: {first:?}")
+    };
+    assert!(jobs.is_empty(), "{jobs:?}");
+    let second: ToPeer = read_frame(&mut peer.input).unwrap().expect("an answer");
+    let ToPeer::Submitted { job } = second else {
+        panic!("{second:?}")
+    };
+
+    let ToPeer::Jobs { jobs } = peer.ask(ToEngine::List) else {
+        panic!("list")
+    };
+    assert_eq!(jobs.len(), 1);
+    assert_eq!((jobs[0].job, jobs[0].tasks), (job, TASKS as u32));
+    let path = dir
+        .path()
+        .join("jobs")
+        .join(format!("{job:032x}.job.sqlite"));
+    let state = JobState::open(&path).unwrap();
+    assert_eq!(state.rows().unwrap().len(), TASKS);
+    assert_eq!(state.edges().unwrap().len(), TASKS - 1);
+    drop(state);
+    service.shutdown();
+}

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use ferrite_proto::rpc_jobs::{JobSummary, SpecFormat, ToEngine, ToPeer};
-use futures::channel::mpsc::UnboundedReceiver;
+use ferrite_xstream::TaskClass;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::StreamExt;
 
 use super::gather::{Gather, Watch};
@@ -49,6 +50,20 @@ pub(super) struct Control {
     default_store: Option<String>,
     /// `Wait` requests: (conn, job).
     waiters: Vec<(ConnId, u128)>,
+    /// The control task's own inbox, for inputs made on this xstream.
+    inbox: UnboundedSender<Input>,
+    /// Jobs whose state file is being written: their ids are taken.
+    creating: HashSet<u128>,
+}
+
+/// A job accepted or refused by the blocking-thread pool.
+pub(super) struct Created {
+    conn: ConnId,
+    job: u128,
+    /// The engine holding the job's outputs, and whether its task records
+    /// are there too.
+    store: Option<(String, bool)>,
+    result: Result<Arc<JobGraph>, JobError>,
 }
 
 /// The job state file of `job` in `dir`.
@@ -57,7 +72,8 @@ pub fn job_state_path(dir: &Path, job: u128) -> PathBuf {
 }
 
 impl Control {
-    pub fn new(config: &JobServiceConfig) -> Result<Self, JobError> {
+    /// `inbox` feeds the control task's own receiver (see [`Self::run`]).
+    pub fn new(config: &JobServiceConfig, inbox: UnboundedSender<Input>) -> Result<Self, JobError> {
         let (tx, thread) = recorder::start(config.state_dir.clone())?;
         let mut me = Self {
             rm: ResourceManager::new(config.coordinator_slots, config.depth),
@@ -76,6 +92,8 @@ impl Control {
             waiters: Vec::new(),
             stores: HashMap::new(),
             default_store: config.store.clone(),
+            inbox,
+            creating: HashSet::new(),
         };
         me.restore()?;
         Ok(me)
@@ -162,6 +180,7 @@ impl Control {
                 self.conns.insert(conn, Conn { tx, node: None });
             }
             Input::Frame { conn, msg } => self.frame(conn, msg),
+            Input::Created(created) => self.created(created),
             Input::Closed { conn } => {
                 let node = self.conns.remove(&conn).and_then(|c| c.node);
                 self.watchers.retain(|&(c, _), _| c != conn);
@@ -199,13 +218,10 @@ impl Control {
                 job,
                 store,
             } => {
-                let reply = match self.submit(&text, format, job, store) {
-                    Ok(job) => ToPeer::Submitted { job },
-                    Err(e) => ToPeer::Error {
-                        message: e.to_string(),
-                    },
-                };
-                self.send(conn, reply);
+                if let Err(e) = self.submit(conn, text, format, job, store) {
+                    let message = e.to_string();
+                    self.send(conn, ToPeer::Error { message });
+                }
             }
             ToEngine::Status { job, watch } => self.status(conn, job, watch),
             ToEngine::Wait { job } => {
@@ -309,21 +325,25 @@ impl Control {
 
     fn job_id_free(&self, id: u128) -> bool {
         id != 0
+            && !self.creating.contains(&id)
             && self.rm.phase(id).is_none()
             && !self.archived.contains_key(&id)
             && !job_state_path(&self.state_dir, id).exists()
     }
 
     /// Accepts a job file; with `store`, its task records are already in
-    /// that engine under the submitter's `job` id.
+    /// that engine under the submitter's `job` id. Parsing, checking and
+    /// writing the job state file run on the xstream's blocking-thread pool
+    /// (a big job's file takes a while); the answer goes out when
+    /// [`Input::Created`] comes back. Errors here are answered at once.
     fn submit(
         &mut self,
-        text: &str,
+        conn: ConnId,
+        text: String,
         format: SpecFormat,
         job: Option<u128>,
         store: Option<String>,
-    ) -> Result<u128, JobError> {
-        let spec = parse_spec(text, format)?;
+    ) -> Result<(), JobError> {
         let job = match job {
             Some(id) if self.job_id_free(id) => id,
             Some(id) => return Err(JobError::JobIdTaken(id)),
@@ -334,22 +354,64 @@ impl Control {
                 }
             },
         };
-        let graph = Arc::new(JobGraph::build(job, spec)?);
+        let store = match store {
+            Some(url) => Some((url, true)),
+            None => self.default_store.clone().map(|url| (url, false)),
+        };
         let path = job_state_path(&self.state_dir, job);
-        let mut st = JobState::create(&path, &graph, now_ns())?;
-        let records_in_store = store.is_some();
-        if let Some(url) = store.or_else(|| self.default_store.clone()) {
-            st.set_store(&url, records_in_store)?;
-            self.stores.insert(job, (url, records_in_store));
-        }
-        self.rm.handle(
-            Event::JobSubmitted {
-                graph,
-                restored: Vec::new(),
+        let file_store = store.clone();
+        let write = move || {
+            create_job(
+                &path,
+                &text,
+                format,
+                job,
+                file_store.as_ref().map(|(u, r)| (u.as_str(), *r)),
+            )
+        };
+        let inbox = self.inbox.clone();
+        let task = async move {
+            let result = glommio::executor().spawn_blocking(write).await;
+            let created = Created {
+                conn,
+                job,
+                store,
+                result,
+            };
+            // Fails only once the control task has stopped.
+            let _ = inbox.unbounded_send(Input::Created(created));
+        };
+        ferrite_xstream::spawn(TaskClass::Control, task)
+            .map_err(JobError::xstream)?
+            .detach();
+        self.creating.insert(job);
+        Ok(())
+    }
+
+    /// A job's state file is written: the job enters the queue.
+    fn created(&mut self, created: Created) {
+        let Created {
+            conn,
+            job,
+            store,
+            result,
+        } = created;
+        self.creating.remove(&job);
+        let reply = match result {
+            Ok(graph) => {
+                if let Some(store) = store {
+                    self.stores.insert(job, store);
+                }
+                let restored = Vec::new();
+                self.rm
+                    .handle(Event::JobSubmitted { graph, restored }, now_ns());
+                ToPeer::Submitted { job }
+            }
+            Err(e) => ToPeer::Error {
+                message: e.to_string(),
             },
-            now_ns(),
-        );
-        Ok(job)
+        };
+        self.send(conn, reply);
     }
 
     fn list(&self) -> Vec<JobSummary> {
@@ -436,4 +498,30 @@ impl Control {
             }
         }
     }
+}
+
+/// Parses and checks a job file and writes its state file at `path`
+/// (blocking: runs off the xstream). A file left half written is removed.
+fn create_job(
+    path: &Path,
+    text: &str,
+    format: SpecFormat,
+    job: u128,
+    store: Option<(&str, bool)>,
+) -> Result<Arc<JobGraph>, JobError> {
+    let spec = parse_spec(text, format)?;
+    let graph = Arc::new(JobGraph::build(job, spec)?);
+    let written = JobState::create(path, &graph, now_ns()).and_then(|mut st| match store {
+        Some((url, records_in_store)) => st.set_store(url, records_in_store),
+        None => Ok(()),
+    });
+    if let Err(e) = written {
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
+        return Err(e);
+    }
+    Ok(graph)
 }

@@ -1,8 +1,10 @@
 //! The job service: a TCP listener (127.0.0.1 by default) for workers and
 //! the CLI; the resource manager as one task in the control task class of
 //! an xstream (the engine's own, or one the service starts when it runs by
-//! itself); one recorder thread that owns the job state files; a reader and
-//! a writer thread per connection. Inputs reach the control task as
+//! itself); one recorder thread that updates the job state files (a new
+//! job's file is written by the xstream's blocking-thread pool, so the
+//! control task keeps answering meanwhile); a reader and a writer thread
+//! per connection. Inputs reach the control task as
 //! messages on the xstream mesh, and it wakes for each batch of them — no
 //! polling anywhere.
 
@@ -74,9 +76,19 @@ enum Out {
 
 /// What the control task is told.
 enum Input {
-    Connected { conn: ConnId, tx: Sender<Out> },
-    Frame { conn: ConnId, msg: ToEngine },
-    Closed { conn: ConnId },
+    Connected {
+        conn: ConnId,
+        tx: Sender<Out>,
+    },
+    Frame {
+        conn: ConnId,
+        msg: ToEngine,
+    },
+    Closed {
+        conn: ConnId,
+    },
+    /// A submitted job's state file was written off the xstream (or not).
+    Created(control::Created),
     Stop,
 }
 
@@ -161,8 +173,8 @@ impl JobService {
         std::fs::create_dir_all(&config.state_dir).map_err(JobError::io("create state dir"))?;
         let listener = TcpListener::bind(config.listen).map_err(JobError::io("bind"))?;
         let addr = listener.local_addr().map_err(JobError::io("local addr"))?;
-        let control = control::Control::new(&config)?;
         let (tx, rx) = unbounded();
+        let control = control::Control::new(&config, tx.clone())?;
         let inbox = Inbox {
             mesh: mesh.clone(),
             xstream,

@@ -1,5 +1,5 @@
-//! The recorder thread: the only writer of job state files while the
-//! service runs. Updates arrive on a channel and are written in batches,
+//! The recorder thread: the only writer of job state files once they are
+//! created (see `Control::submit`) while the service runs. Updates arrive on a channel and are written in batches,
 //! one transaction per job per batch.
 
 use std::collections::HashMap;
