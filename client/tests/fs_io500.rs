@@ -1,8 +1,9 @@
 //! Guards the IO500 backend on the Ferrite namespace (embedded engine): a whole capped run
 //! passes its checks, the metadata phases take the round trips they are built for (a create
 //! is one request, an mdtest-hard file's write and close one more, find and stat none per
-//! entry over shm), and write-behind keeps the IO500 rule (written and closed by one client,
-//! read back whole by another).
+//! entry over shm), write-behind keeps the IO500 rule (written and closed by one client,
+//! read back whole by another), and phases run one by one through separate clients make a
+//! passing run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -182,4 +183,30 @@ fn closes_and_unlinks_behind_complete_in_drain_and_report_failures() {
     backend.close(f).unwrap();
     assert!(backend.drain().is_err(), "the failed close was lost");
     backend.drain().unwrap();
+}
+
+/// Phases run one by one, each through a client of its own (as the processes of a job's
+/// tasks would), hand their results on through the namespace and make a passing run.
+#[test]
+fn phases_one_by_one_through_separate_clients_pass() {
+    use ferrite_client::io500::phases::{run_phase, Phase, PhaseOutcome};
+    let first = backend();
+    let url = first.namespace().client().url();
+    let mut config = Config::new(2, Duration::from_secs(600));
+    config.ior_easy_max_transfers = 2;
+    config.ior_hard_max_segments = 30;
+    config.mdtest_easy_max_files = 40;
+    config.mdtest_hard_max_files = 102;
+    let mut report = None;
+    for phase in Phase::ORDER {
+        let client = Client::connect(&url).unwrap();
+        let backend = FerriteBackend::new(Namespace::new(Arc::new(client), 9), "test".into());
+        if let PhaseOutcome::Report(r) = run_phase(&backend, &config, phase).unwrap() {
+            report = Some(r);
+        }
+    }
+    let report = report.expect("score ran");
+    assert!(report.passed(), "{}", report.table());
+    assert_eq!((report.find_found, report.find_expected), (2, 2));
+    drop(first); // the embedded engine lived in it
 }

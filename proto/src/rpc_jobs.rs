@@ -159,7 +159,9 @@ pub enum Step {
     },
     /// Reads every record of a container and checks its checksum.
     Scrub { container: u64 },
-    /// One phase of the IO500-style benchmark (`ior-easy-write`, ...).
+    /// One phase of the IO500-style benchmark (`ior-easy-write`, ..., or `setup`,
+    /// `score`, `cleanup`; phases of one job share a run directory), or `all` of them in
+    /// one process; `args` are `ferrite io500`'s.
     Io500 {
         phase: String,
         #[serde(default)]

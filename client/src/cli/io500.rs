@@ -13,7 +13,9 @@ use ferrite_client::client::Client;
 use ferrite_client::fs::io500::FerriteBackend;
 use ferrite_client::fs::{Namespace, DEFAULT_CONTAINER};
 use ferrite_client::io500::config::{parse_bytes, parse_duration, IOR_EASY_TRANSFER_BYTES};
-use ferrite_client::io500::{run as run_io500, Config, PosixBackend, RunReport};
+use ferrite_client::io500::phases::{run_phase, Phase, PhaseOutcome};
+use ferrite_client::io500::score::PhaseResult;
+use ferrite_client::io500::{run as run_io500, Config, Io500Backend, PosixBackend, RunReport};
 
 /// Where the phases run.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +81,19 @@ pub struct Args {
     /// Per-task cap on mdtest-hard files.
     #[arg(long)]
     pub mdtest_hard_max_files: Option<u64>,
+    /// Run one phase only: setup, an IO500 phase (ior-easy-write, ..., mdtest-hard-delete),
+    /// score or cleanup (see `ferrite_client::io500::phases`); `all` runs them in order.
+    #[arg(long, default_value = "all")]
+    pub phase: String,
+    /// Run id (hex) naming the run directory `io500.<id>`: every phase of a run one by one
+    /// must be given the same. Default: a new one (whole runs only).
+    #[arg(long, value_parser = parse_run_id)]
+    pub run_id: Option<u64>,
+}
+
+fn parse_run_id(text: &str) -> Result<u64, String> {
+    u64::from_str_radix(text.trim_start_matches("0x"), 16)
+        .map_err(|e| format!("run id {text:?} is not hex: {e}"))
 }
 
 /// Ring bytes of each embedded target: an eighth of its bdev (a power of two, 1 MiB to
@@ -106,6 +121,9 @@ fn config_from(args: &Args) -> Config {
             .unwrap_or(1)
     });
     let mut config = Config::new(tasks, args.stonewall);
+    if let Some(id) = args.run_id {
+        config.run_seed = id;
+    }
     config.keep = args.keep;
     config.progress = !args.no_progress;
     if let Some(bytes) = args.ior_easy_max_bytes {
@@ -196,23 +214,64 @@ fn print(report: &RunReport, json: bool) {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let config = config_from(&args);
-    let report = match args.backend {
+    let phase = match args.phase.as_str() {
+        "all" => None,
+        name => match Phase::parse(name) {
+            Some(p) if args.run_id.is_some() => Some(p),
+            Some(_) => bail!("--phase {name} needs --run-id HEX, the same for every phase"),
+            None => bail!("no io500 phase {name:?}; phases: all, {}", Phase::names()),
+        },
+    };
+    match args.backend {
         BackendKind::Posix => {
             let Some(dir) = &args.dir else {
                 bail!("--backend posix needs --dir PATH");
             };
             let backend =
                 PosixBackend::new(dir).with_context(|| format!("--dir {}", dir.display()))?;
-            run_io500(&backend, &config)?
+            run_on(&backend, &config, phase, args.json)
         }
         BackendKind::Ferrite => {
+            if phase.is_some() && args.engine.is_none() {
+                bail!("--phase needs storage that outlives this process: --engine URL");
+            }
             let (client, description) = connect(&args)?;
             let namespace = Namespace::new(Arc::new(client), args.container);
             let backend = FerriteBackend::new(namespace, description);
-            run_io500(&backend, &config)?
+            run_on(&backend, &config, phase, args.json)
         }
+    }
+}
+
+/// Runs the whole benchmark, or one phase of it, and prints what it measured.
+fn run_on<B: Io500Backend>(
+    backend: &B,
+    config: &Config,
+    phase: Option<Phase>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let report = match phase {
+        None => run_io500(backend, config)?,
+        Some(phase) => match run_phase(backend, config, phase)? {
+            PhaseOutcome::Report(report) => report,
+            PhaseOutcome::Done(p) => {
+                eprintln!("io500 {}: done", p.name());
+                return Ok(());
+            }
+            PhaseOutcome::Measured(result) => {
+                print_phase(&result, json);
+                if result.errors > 0 {
+                    bail!(
+                        "io500 {}: {} verification errors",
+                        result.name,
+                        result.errors
+                    );
+                }
+                return Ok(());
+            }
+        },
     };
-    print(&report, args.json);
+    print(&report, json);
     if !report.passed() {
         bail!(
             "io500 check failed: {} verification errors, find found {} of {} expected, \
@@ -224,6 +283,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+fn print_phase(result: &PhaseResult, json: bool) {
+    let line = format!(
+        "{} {:.3} {} in {:.2} s ({} ops, {} errors)",
+        result.name,
+        result.value,
+        result.unit.label(),
+        result.seconds,
+        result.ops,
+        result.errors
+    );
+    if json {
+        eprintln!("{line}");
+        println!("{}", serde_json::to_string(result).unwrap_or_default());
+    } else {
+        println!("{line}");
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! io500.<run>/timestampfile                                   made before the first phase
+//! io500.<run>/state/<phase>.json                              a phase's result, when phases
+//!                                                             run one by one (`phases`)
 //! io500.<run>/data/ior-easy/ior_file_easy.<task:08>           one per task
 //! io500.<run>/data/ior-hard/IOR_file                          shared by all tasks
 //! io500.<run>/data/mdtest-easy/mdtest_tree.<task>/file.mdtest.<task>.<i>
@@ -32,6 +34,16 @@ impl Layout {
     /// The file whose mtime find compares against.
     pub fn timestamp(&self) -> String {
         format!("{}/timestampfile", self.root)
+    }
+
+    /// Where phases run one by one leave their results.
+    pub fn state_dir(&self) -> String {
+        format!("{}/state", self.root)
+    }
+
+    /// The result file of phase `name`.
+    pub fn phase_state(&self, name: &str) -> String {
+        format!("{}/{name}.json", self.state_dir())
     }
 
     /// The directory find walks.
@@ -130,6 +142,7 @@ mod tests {
         );
         assert!(l.mdtest_hard_file(0, 1).starts_with(&l.data()));
         assert!(!l.timestamp().starts_with(&l.data()));
+        assert!(!l.phase_state("find").starts_with(&l.data()));
         assert_eq!(neighbour(3, 4), 0);
         assert_eq!(neighbour(0, 1), 0);
     }

@@ -51,6 +51,7 @@ mod ior;
 pub mod layout;
 mod mdtest;
 pub mod pattern;
+pub mod phases;
 pub mod posix;
 pub mod report;
 mod runner;

@@ -22,26 +22,36 @@ const CLOCK_PROBES: usize = 2000;
 /// Runs every phase against `backend` and returns the report. Unless `config.keep`, the run
 /// directory is removed afterwards, also when a phase failed.
 pub fn run<B: Io500Backend>(backend: &B, config: &Config) -> Result<RunReport, Io500Error> {
+    with_ctx(backend, config, |ctx| {
+        let made = make_tree(ctx);
+        let outcome = made.and_then(|()| run_phases(ctx));
+        let cleanup = if config.keep {
+            Ok(())
+        } else {
+            remove_tree(backend, ctx.layout.root())
+        };
+        let report = outcome?;
+        cleanup?;
+        Ok(report)
+    })
+}
+
+/// Checks `config` and calls `f` with the context of its run.
+pub(super) fn with_ctx<B: Io500Backend, T>(
+    backend: &B,
+    config: &Config,
+    f: impl FnOnce(&Ctx<B>) -> Result<T, Io500Error>,
+) -> Result<T, Io500Error> {
     config.validate()?;
     let layout = Layout::new(config.run_seed);
-    let ctx = Ctx {
+    f(&Ctx {
         backend,
         config,
         layout: &layout,
-    };
-    let made = make_tree(&ctx);
-    let outcome = made.and_then(|()| run_phases(&ctx));
-    let cleanup = if config.keep {
-        Ok(())
-    } else {
-        remove_tree(backend, layout.root())
-    };
-    let report = outcome?;
-    cleanup?;
-    Ok(report)
+    })
 }
 
-fn make_tree<B: Io500Backend>(ctx: &Ctx<B>) -> Result<(), Io500Error> {
+pub(super) fn make_tree<B: Io500Backend>(ctx: &Ctx<B>) -> Result<(), Io500Error> {
     let layout = ctx.layout;
     let mut dirs = vec![
         layout.root().to_string(),
@@ -76,7 +86,7 @@ fn create_and_stat<B: Io500Backend>(backend: &B, path: &str) -> Result<SystemTim
 /// Creates the timestamp file and returns its mtime, after waiting until files created now
 /// get a later mtime (file systems stamp files with a coarse clock; without the wait a file
 /// made within the same tick would not be `-newer`).
-fn make_timestamp<B: Io500Backend>(ctx: &Ctx<B>) -> Result<SystemTime, Io500Error> {
+pub(super) fn make_timestamp<B: Io500Backend>(ctx: &Ctx<B>) -> Result<SystemTime, Io500Error> {
     let stamp = create_and_stat(ctx.backend, &ctx.layout.timestamp())?;
     let probe = format!("{}/clockprobe", ctx.layout.root());
     for _ in 0..CLOCK_PROBES {
@@ -93,16 +103,16 @@ fn make_timestamp<B: Io500Backend>(ctx: &Ctx<B>) -> Result<SystemTime, Io500Erro
 }
 
 /// What the write phases left, for find's expected count.
-struct Written<'a> {
-    ior_easy: &'a Transfers,
-    ior_hard: &'a Transfers,
-    mdtest_easy: &'a Files,
-    mdtest_hard: &'a Files,
+pub(super) struct Written<'a> {
+    pub(super) ior_easy: &'a Transfers,
+    pub(super) ior_hard: &'a Transfers,
+    pub(super) mdtest_easy: &'a Files,
+    pub(super) mdtest_hard: &'a Files,
 }
 
 impl Written<'_> {
     /// Find's expected matches and the number of files present.
-    fn expected_find(&self) -> (u64, u64) {
+    pub(super) fn expected_find(&self) -> (u64, u64) {
         let mut files: Vec<(String, u64)> = Vec::new();
         for (task, &n) in self.ior_easy.iter().enumerate() {
             files.push((
@@ -126,7 +136,7 @@ impl Written<'_> {
 type LaterPhase<'a> = Box<dyn Fn() -> Result<(PhaseResult, ()), Io500Error> + 'a>;
 
 /// Runs one phase and notes the backend's round trips during it in its result.
-fn counted<B: Io500Backend, T>(
+pub(super) fn counted<B: Io500Backend, T>(
     ctx: &Ctx<B>,
     phase: impl FnOnce() -> Result<(PhaseResult, T), Io500Error>,
 ) -> Result<(PhaseResult, T), Io500Error> {
@@ -201,7 +211,7 @@ fn count_entries<B: Io500Backend>(backend: &B, dir: &str) -> Result<u64, Io500Er
 }
 
 /// Entries still in the mdtest directories after the delete phases (must be none).
-fn count_leftovers<B: Io500Backend>(ctx: &Ctx<B>) -> Result<u64, Io500Error> {
+pub(super) fn count_leftovers<B: Io500Backend>(ctx: &Ctx<B>) -> Result<u64, Io500Error> {
     let mut left = count_entries(ctx.backend, &ctx.layout.mdtest_hard_dir())?;
     for task in 0..ctx.config.tasks {
         left += count_entries(ctx.backend, &ctx.layout.mdtest_easy_task_dir(task))?;
@@ -210,7 +220,7 @@ fn count_leftovers<B: Io500Backend>(ctx: &Ctx<B>) -> Result<u64, Io500Error> {
 }
 
 /// Removes `dir` and everything under it.
-fn remove_tree<B: Io500Backend>(backend: &B, dir: &str) -> Result<(), Io500Error> {
+pub(super) fn remove_tree<B: Io500Backend>(backend: &B, dir: &str) -> Result<(), Io500Error> {
     let mut entries = Vec::new();
     backend
         .readdir(dir, &mut |entry| {

@@ -11,13 +11,13 @@
 //! assert_eq!(geometric_mean(&[3.0, 0.0]), 0.0);
 //! ```
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Bytes in a GiB.
 pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// The unit of a phase's value: bandwidth phases report GiB/s, the others kIOPS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Unit {
     /// 2^30 bytes per second.
     #[serde(rename = "GiB/s")]
