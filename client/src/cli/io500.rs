@@ -12,7 +12,9 @@ use anyhow::{bail, Context};
 use ferrite_client::client::Client;
 use ferrite_client::fs::io500::FerriteBackend;
 use ferrite_client::fs::{Namespace, DEFAULT_CONTAINER};
-use ferrite_client::io500::config::{parse_bytes, parse_duration, IOR_EASY_TRANSFER_BYTES};
+use ferrite_client::io500::config::{
+    parse_bytes, parse_duration, IOR_EASY_TRANSFER_BYTES, IOR_HARD_TRANSFER_BYTES,
+};
 use ferrite_client::io500::phases::{run_phase, Phase, PhaseOutcome};
 use ferrite_client::io500::score::PhaseResult;
 use ferrite_client::io500::{run as run_io500, Config, Io500Backend, PosixBackend, RunReport};
@@ -212,8 +214,60 @@ fn print(report: &RunReport, json: bool) {
     }
 }
 
+/// Per-task caps that keep a whole run's data inside storage with `free`
+/// bytes on each of `targets` (the least free of them; file chunks spread
+/// over targets by hash): ior-easy 45 %, ior-hard 20 % and mdtest-hard 10 %
+/// of 60 % of it, the rest is room for metadata, copies and the cleaner.
+/// Returns (ior-easy transfers, ior-hard segments, mdtest-hard files).
+fn caps_for_space(free: u64, targets: u64, tasks: u64) -> (u64, u64, u64) {
+    let budget = free.saturating_mul(targets) / 10 * 6;
+    let per_task = |share: u64, unit: u64| (budget / 100 * share / tasks.max(1) / unit).max(1);
+    (
+        per_task(45, IOR_EASY_TRANSFER_BYTES as u64),
+        per_task(20, IOR_HARD_TRANSFER_BYTES as u64),
+        per_task(10, 4096 + 512),
+    )
+}
+
+/// Where the user set no cap, caps the data phases of a whole run so that
+/// its data fits in the engine's free log space (a stonewalled write phase
+/// then ends at its cap, as IO500 runs with caps do), and says so.
+fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result<()> {
+    let stat = client.stat().context("engine stat (free log space)")?;
+    let free_of = |t: &ferrite_proto::rpc::TargetStat| {
+        let get = |name: &str| t.counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        Some(get("log_capacity_bytes")?.saturating_sub(get("log_used_bytes")?))
+    };
+    let frees: Option<Vec<u64>> = stat.target_counters.iter().map(free_of).collect();
+    let Some(least) = frees.and_then(|f| f.into_iter().min()) else {
+        return Ok(());
+    };
+    let targets = stat.target_counters.len() as u64;
+    let (easy, hard, files) = caps_for_space(least, targets, config.tasks as u64);
+    if args.ior_easy_max_bytes.is_none() {
+        config.ior_easy_max_transfers = config.ior_easy_max_transfers.min(easy);
+    }
+    if args.ior_hard_max_segments.is_none() {
+        config.ior_hard_max_segments = config.ior_hard_max_segments.min(hard);
+    }
+    if args.mdtest_hard_max_files.is_none() {
+        config.mdtest_hard_max_files = config.mdtest_hard_max_files.min(files);
+    }
+    eprintln!(
+        "io500: {} targets with {:.1} GiB of log free each: per task at most {} ior-easy \
+         transfers, {} ior-hard segments, {} mdtest-hard files (--ior-easy-max-bytes, \
+         --ior-hard-max-segments, --mdtest-hard-max-files change them)",
+        targets,
+        least as f64 / (1u64 << 30) as f64,
+        config.ior_easy_max_transfers,
+        config.ior_hard_max_segments,
+        config.mdtest_hard_max_files
+    );
+    Ok(())
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let config = config_from(&args);
+    let mut config = config_from(&args);
     let phase = match args.phase.as_str() {
         "all" => None,
         name => match Phase::parse(name) {
@@ -236,6 +290,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 bail!("--phase needs storage that outlives this process: --engine URL");
             }
             let (client, description) = connect(&args)?;
+            if phase.is_none() {
+                fit_caps(&client, &args, &mut config)?;
+            }
             let namespace = Namespace::new(Arc::new(client), args.container);
             let backend = FerriteBackend::new(namespace, description);
             run_on(&backend, &config, phase, args.json)
@@ -362,7 +419,19 @@ mod tests {
         assert!(Cli::try_parse_from(["io500", "--stonewall", "soon"]).is_err());
     }
 
-    /// The default backend end to end on an embedded engine: every phase verifies.
+    #[test]
+    fn caps_keep_a_run_inside_the_free_space() {
+        let gib = 1u64 << 30;
+        let (easy, hard, files) = super::caps_for_space(5 * gib, 2, 8);
+        let data = 8
+            * (easy * super::IOR_EASY_TRANSFER_BYTES as u64
+                + hard * super::IOR_HARD_TRANSFER_BYTES as u64
+                + files * 4096);
+        assert!(data <= 10 * gib * 6 / 10, "{data}");
+        assert!(data >= 10 * gib * 6 / 10 * 7 / 10, "caps too tight: {data}");
+        assert_eq!(super::caps_for_space(0, 2, 8), (1, 1, 1));
+    }
+
     #[cfg(feature = "embedded")]
     #[test]
     fn embedded_ring_fits_the_bdev() {
@@ -373,6 +442,7 @@ mod tests {
         assert_eq!(super::embedded_ring_bytes(1 << 20), 1 << 20);
     }
 
+    /// The default backend end to end on an embedded engine: every phase verifies.
     #[cfg(feature = "embedded")]
     #[test]
     fn ferrite_backend_runs_on_an_embedded_engine() {
