@@ -119,19 +119,26 @@ async fn write_small(
     }
 }
 
+/// Writes every small key (round 1) and array, laps the ring twice, then
+/// rewrites every `step`-th key (round 2) while older copies may be
+/// mid-keep and laps `laps_after` more times. Returns each key's round.
+async fn workload(store: &Store, step: usize, laps_after: u64, keep: bool) -> Vec<u32> {
+    let mut latest = vec![0u32; SMALL_KEYS as usize];
+    write_small(store, 0..SMALL_KEYS, 1, &mut latest).await;
+    write_arrays(store).await;
+    lap_the_ring(store, 2, keep).await;
+    write_small(store, (0..SMALL_KEYS).step_by(step), 2, &mut latest).await;
+    lap_the_ring(store, laps_after, keep).await;
+    latest
+}
+
 fn run(keep: bool) -> (u64, u64) {
     glommio::LocalExecutorBuilder::default()
         .spawn(move || async move {
             let bdev: BdevRef = ferrite_bdev::open("malloc:32M").unwrap();
             let config = cfg(if keep { 4096 } else { 0 });
             let store = Store::open(bdev.clone(), config.clone()).await.unwrap();
-            let mut latest = vec![0u32; SMALL_KEYS as usize];
-            write_small(&store, 0..SMALL_KEYS, 1, &mut latest).await;
-            write_arrays(&store).await;
-            lap_the_ring(&store, 2, keep).await;
-            // Update every third key while its older copy may be mid-keep.
-            write_small(&store, (0..SMALL_KEYS).step_by(3), 2, &mut latest).await;
-            lap_the_ring(&store, 3, keep).await;
+            let latest = workload(&store, 3, 3, keep).await;
             let reads = check_small(&store, &latest).await;
             let kept = store.stats().keeper_records_kept;
             store.checkpoint().await.unwrap();
@@ -177,12 +184,7 @@ fn power_loss_during_keeping_loses_nothing_acknowledged() {
                 let bdev: BdevRef = crash.clone();
                 let config = cfg(4096);
                 let store = Store::open(bdev.clone(), config.clone()).await.unwrap();
-                let mut latest = vec![0u32; SMALL_KEYS as usize];
-                write_small(&store, 0..SMALL_KEYS, 1, &mut latest).await;
-                write_arrays(&store).await;
-                lap_the_ring(&store, 2, true).await;
-                write_small(&store, (0..SMALL_KEYS).step_by(2), 2, &mut latest).await;
-                lap_the_ring(&store, 1, true).await;
+                let latest = workload(&store, 2, 1, true).await;
                 // The last pass's copies sit in the ring or unflushed on the device.
                 let ring = store.stats().ring_bytes as usize;
                 let quarter = vec![0x5au8; ring / 4];

@@ -47,16 +47,6 @@ pub(crate) struct KeeperState {
     pub lap_copied: u64,
 }
 
-/// What one keeper pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KeepReport {
-    pub scanned_bytes: u64,
-    pub records_kept: u64,
-    pub bytes_kept: u64,
-    /// Ring bytes given up because the keeper fell behind the head.
-    pub skipped_bytes: u64,
-}
-
 /// The header fields the keeper decides on.
 struct Peek {
     len: u64,
@@ -116,12 +106,12 @@ impl Store {
     }
 
     /// Looks at every record between the keeper's cursor and half a ring
-    /// behind the head, copying the small live ones forward.
-    pub async fn keep_hot(&self) -> Result<KeepReport> {
+    /// behind the head, copying the small live ones forward (counted in
+    /// [`StoreStats`](super::StoreStats)' `keeper_*` fields).
+    pub async fn keep_hot(&self) -> Result<()> {
         let ring = self.geo.ring_bytes;
         let max_value = self.config.hot_value_max as usize;
         let budget = ring / 4;
-        let mut report = KeepReport::default();
         loop {
             self.check_writable()?;
             let head = self.log.borrow().head;
@@ -130,13 +120,12 @@ impl Store {
                 // Fell behind: the oldest lap still whole in the ring starts
                 // at the next ring boundary past the overwritten bytes.
                 let resume = (head - ring).div_ceil(ring) * ring;
-                report.skipped_bytes += resume - st.cursor;
                 self.counters.borrow_mut().keeper_skipped_bytes += resume - st.cursor;
                 st.cursor = resume;
             }
             if st.cursor + ring / 2 > head {
                 self.keeper.set(st);
-                return Ok(report);
+                return Ok(());
             }
             let at = st.cursor;
             if st.lap != at / ring {
@@ -153,12 +142,10 @@ impl Store {
             // cross a ring end).
             let Some(peek) = peek.filter(|p| p.len <= left) else {
                 st.cursor += left;
-                report.scanned_bytes += left;
                 self.keeper.set(st);
                 continue;
             };
             st.cursor += peek.len;
-            report.scanned_bytes += peek.len;
             let copy = peek.candidate && st.lap_copied < budget;
             self.keeper.set(st);
             if copy {
@@ -167,8 +154,6 @@ impl Store {
                     let mut st = self.keeper.get();
                     st.lap_copied += n;
                     self.keeper.set(st);
-                    report.records_kept += 1;
-                    report.bytes_kept += n;
                     let mut c = self.counters.borrow_mut();
                     c.keeper_records_kept += 1;
                     c.keeper_bytes_kept += n;

@@ -66,7 +66,7 @@ pub use checkpoint::CheckpointInfo;
 pub use cleaner::{CleanReport, CLEANER_SHARES};
 pub use error::{Result, StoreError};
 pub use format::Geometry;
-pub use keeper::{KeepReport, KEEPER_SHARES};
+pub use keeper::KEEPER_SHARES;
 pub use ops::EXTENT_READ_MAX_BYTES;
 pub use sync::Durability;
 
