@@ -38,6 +38,22 @@ fn sigkilled_worker_task_reruns_elsewhere_and_done_tasks_stay_done() {
     let job = client.submit(&text, SpecFormat::Toml).unwrap();
 
     assert_eq!(common::read_fifo_line(&fifo), "started");
+    // The worker records "started" on its recorder thread while the task
+    // runs: kill it only once its task state object says so (bounded wait).
+    let recorded = |dir: &std::path::Path| {
+        TaskState::open(&dir.join("doomed"), job, "doomed")
+            .and_then(|s| s.rows())
+            .is_ok_and(|rows| {
+                rows.iter()
+                    .any(|r| r.id == "slow" && r.state == TaskPhase::Running)
+            })
+    };
+    for _ in 0..1000 {
+        if recorded(dir.path()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     doomed.kill();
     let _rescuer = common::Worker::start(&addr, "rescuer", 1, dir.path());
     let (phase, cause) = client.wait(job).unwrap();
