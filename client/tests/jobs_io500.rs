@@ -1,5 +1,6 @@
 //! Guards `examples/io500.toml`, the IO500-style run as a job with one task per phase: its
-//! constraints hold every dependency the phases have (`Phase::needs`, through any path), and
+//! constraints hold every dependency the phases have (`Phase::needs`, through any path) and
+//! IO500's full order (every phase after every phase before it in `Phase::ORDER`), and
 //! two workers run it — shrunk by the test to a small capped run on a temp directory — to a
 //! passing score, with every phase's result handed on through the run directory and nothing
 //! left behind.
@@ -35,7 +36,7 @@ fn phases(spec: &JobSpec) -> Vec<Option<Phase>> {
 }
 
 #[test]
-fn example_constraints_cover_what_every_phase_needs() {
+fn example_constraints_cover_what_every_phase_needs_and_io500_order() {
     let spec = example();
     let phases = phases(&spec);
     let graph = JobGraph::build(1, spec).unwrap();
@@ -53,9 +54,24 @@ fn example_constraints_cover_what_every_phase_needs() {
                 stack.extend(&graph.preds[p as usize]);
             }
         }
+        let at = |need: &Phase| phases.iter().position(|p| p == &Some(*need)).unwrap();
         for need in phase.needs() {
-            let at = phases.iter().position(|p| *p == Some(*need)).unwrap();
-            assert!(before[at], "{} runs before {}", need.name(), phase.name());
+            assert!(
+                before[at(need)],
+                "{} runs before {}",
+                need.name(),
+                phase.name()
+            );
+        }
+        // IO500 runs its phases one at a time, in order.
+        let place = Phase::ORDER.iter().position(|p| p == phase).unwrap();
+        for earlier in &Phase::ORDER[..place] {
+            assert!(
+                before[at(earlier)],
+                "{} runs before {} (IO500's order)",
+                earlier.name(),
+                phase.name()
+            );
         }
     }
 }

@@ -7,9 +7,10 @@
 //! that the delete phases emptied the mdtest directories; `cleanup` removes the tree. Every
 //! invocation must use the same run id (`Config::run_seed`) and task count.
 //!
-//! [`Phase::needs`] says which phases must have run before a phase: in a job these are its
-//! constraints (`examples/io500.toml`). A measured phase whose inputs are missing fails
-//! naming them.
+//! [`Phase::needs`] says which phases a phase reads the results of, and [`Phase::previous`]
+//! the phase IO500 runs just before it: in a job both are its constraints
+//! (`examples/io500.toml`), so the phases run one at a time in IO500's order. A measured
+//! phase started before either fails naming it.
 //!
 //! ```
 //! use ferrite_client::io500::phases::{run_phase, Phase, PhaseOutcome};
@@ -122,6 +123,14 @@ impl Phase {
             Cleanup => &[Score],
         }
     }
+
+    /// The phase run just before this one in IO500's order (`None` for `setup`). IO500 runs
+    /// its phases one at a time in that order, so a measured phase also refuses to start
+    /// before its predecessor ran, data dependency or not.
+    pub fn previous(self) -> Option<Phase> {
+        let at = Self::ORDER.iter().position(|p| *p == self)?;
+        at.checked_sub(1).map(|i| Self::ORDER[i])
+    }
 }
 
 /// What one phase left.
@@ -216,7 +225,7 @@ pub fn run_phase<B: Io500Backend>(
 
 /// Runs a measured phase on what its inputs left.
 fn measure<B: Io500Backend>(ctx: &Ctx<B>, phase: Phase) -> Result<Saved, Io500Error> {
-    for &before in phase.needs() {
+    for &before in phase.needs().iter().chain(phase.previous().as_ref()) {
         if before != Setup {
             load(ctx, before)?;
         }
@@ -420,8 +429,16 @@ mod tests {
             early.contains("phase ior-easy-write has not run"),
             "{early}"
         );
+        run(IorEasyWrite).unwrap();
+        // IO500's order, not only the data: ior-hard-write needs nothing but setup, yet
+        // mdtest-easy-write runs before it.
+        let early = run(IorHardWrite).unwrap_err().to_string();
+        assert!(
+            early.contains("phase mdtest-easy-write has not run"),
+            "{early}"
+        );
         let mut report = None;
-        for phase in &Phase::ORDER[1..] {
+        for phase in &Phase::ORDER[2..] {
             match run(*phase).unwrap() {
                 PhaseOutcome::Measured(r) => assert_eq!(r.name, phase.name()),
                 PhaseOutcome::Report(r) => report = Some(r),
