@@ -135,6 +135,16 @@ fn refused_jobs_name_their_tasks_and_accepted_jobs_survive_restart() {
     service.shutdown();
 }
 
+/// A submit of a chain of `n` no-op tasks.
+fn submit_chain(n: usize) -> ToEngine {
+    ToEngine::Submit {
+        text: chain_json(n),
+        format: SpecFormat::Json,
+        job: None,
+        store: None,
+    }
+}
+
 /// A chain of `n` no-op tasks as a JSON job file.
 fn chain_json(n: usize) -> String {
     let tasks: Vec<String> = (0..n)
@@ -159,12 +169,7 @@ fn queries_are_answered_while_a_big_job_file_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let service = JobService::start(JobServiceConfig::new(dir.path().join("jobs"))).unwrap();
     let mut peer = Peer::connect(&service);
-    let big = ToEngine::Submit {
-        text: chain_json(TASKS),
-        format: SpecFormat::Json,
-        job: None,
-        store: None,
-    };
+    let big = submit_chain(TASKS);
     write_frame(&mut peer.output, &big).unwrap();
     write_frame(&mut peer.output, &ToEngine::List).unwrap();
     peer.output.flush().unwrap();
@@ -192,5 +197,61 @@ fn queries_are_answered_while_a_big_job_file_is_written() {
     assert_eq!(state.rows().unwrap().len(), TASKS);
     assert_eq!(state.edges().unwrap().len(), TASKS - 1);
     drop(state);
+    service.shutdown();
+}
+
+/// Guards that the files of jobs that ended before the service started are
+/// not read on the control task: `wait` and `list` are answered from what
+/// the service read at start, and `status` (every row of the file) on the
+/// blocking-thread pool — so a wait and a list pipelined behind a status
+/// of a big ended job, on the same connection, are answered first.
+#[test]
+fn ended_jobs_files_are_read_off_the_control_task() {
+    const TASKS: usize = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let config = JobServiceConfig::new(dir.path().join("jobs"));
+    let service = JobService::start(config.clone()).unwrap();
+    let mut peer = Peer::connect(&service);
+    let big = submit_chain(TASKS);
+    let ToPeer::Submitted { job } = peer.ask(big) else {
+        panic!("submit")
+    };
+    assert!(matches!(
+        peer.ask(ToEngine::Cancel { job }),
+        ToPeer::Cancelled { .. }
+    ));
+    drop(peer);
+    service.shutdown();
+
+    let service = JobService::start(config).unwrap();
+    let mut peer = Peer::connect(&service);
+    let status = ToEngine::Status { job, watch: false };
+    for msg in [status, ToEngine::Wait { job }, ToEngine::List] {
+        write_frame(&mut peer.output, &msg).unwrap();
+    }
+    peer.output.flush().unwrap();
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let answer: ToPeer = read_frame(&mut peer.input).unwrap().expect("an answer");
+        answers.push(answer);
+    }
+    let [ended, jobs, status] = <[ToPeer; 3]>::try_from(answers).unwrap();
+    let ToPeer::Ended { state, .. } = ended else {
+        panic!("the wait behind the status was not answered first: {ended:?}")
+    };
+    assert_eq!(state, JobPhase::Cancelled);
+    let ToPeer::Jobs { jobs } = jobs else {
+        panic!("the list behind the status was not answered second: {jobs:?}")
+    };
+    assert_eq!(jobs.len(), 1);
+    let summary = &jobs[0];
+    assert_eq!((summary.job, summary.state), (job, JobPhase::Cancelled));
+    assert_eq!((summary.tasks, summary.done), (TASKS as u32, 0));
+    let ToPeer::Status { status } = status else {
+        panic!("{status:?}")
+    };
+    assert_eq!((status.job, status.state), (job, JobPhase::Cancelled));
+    assert_eq!(status.tasks.len(), TASKS);
+    assert_eq!(status.edges.len(), TASKS - 1);
     service.shutdown();
 }

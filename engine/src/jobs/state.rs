@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrite_proto::rpc_jobs::{JobPhase, JobSpec, TaskRow, TASKS_TABLE_SQL};
+use ferrite_proto::rpc_jobs::{JobPhase, JobSpec, TaskPhase, TaskRow, TASKS_TABLE_SQL};
 use ferrite_proto::state_sql::{select_rows, upsert_row};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -268,6 +268,17 @@ impl JobState {
         select_rows(&self.conn).map_err(self.sql_err())
     }
 
+    /// How many tasks the job has, and how many of them are done.
+    pub fn task_counts(&self) -> Result<(u32, u32), JobError> {
+        self.conn
+            .query_row(
+                "SELECT count(*), count(CASE WHEN state = ?1 THEN 1 END) FROM tasks",
+                [TaskPhase::Done.as_str()],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(self.sql_err())
+    }
+
     /// Constraints as (before, after) task indices.
     pub fn edges(&self) -> Result<Vec<(u32, u32)>, JobError> {
         let mut stmt = self
@@ -314,7 +325,7 @@ impl JobState {
 mod tests {
     use super::*;
     use crate::jobs::spec::parse_spec;
-    use ferrite_proto::rpc_jobs::{SpecFormat, TaskPhase};
+    use ferrite_proto::rpc_jobs::SpecFormat;
 
     fn graph() -> JobGraph {
         let s = parse_spec(
@@ -374,6 +385,7 @@ mod tests {
         let rows = st.rows().unwrap();
         assert_eq!(rows[0], done_row(0, "a", 1));
         assert_eq!(rows[1].state, TaskPhase::Pending);
+        assert_eq!(st.task_counts().unwrap(), (2, 1));
         assert_eq!(st.output(0).unwrap().unwrap().0, b"out");
         assert_eq!(st.split(&[1]).unwrap()[0].id, "b");
     }

@@ -18,7 +18,7 @@ use super::{now_ns, ConnId, Input, JobServiceConfig, Out};
 use crate::jobs::error::JobError;
 use crate::jobs::rm::{Action, Event, NodeId, ResourceManager};
 use crate::jobs::spec::{parse_spec, JobGraph};
-use crate::jobs::state::JobState;
+use crate::jobs::state::{JobMeta, JobState};
 
 /// Inputs handled before actions are flushed, so grants go out in batches.
 const BATCH_INPUTS: usize = 4096;
@@ -37,8 +37,10 @@ pub(super) struct Control {
     pub next_query: u64,
     pub gathers: HashMap<u64, Gather>,
     pub watchers: HashMap<(ConnId, u128), Watch>,
-    /// Jobs that had ended before this service started: served from their files.
-    pub archived: HashMap<u128, PathBuf>,
+    /// Jobs that had ended before this service started: what `list` and
+    /// `wait` say of them is read once, at start; `status` reads the file
+    /// on the blocking-thread pool.
+    pub archived: HashMap<u128, Archived>,
     recorder: Option<Sender<RecordCmd>>,
     recorder_thread: Option<JoinHandle<()>>,
     pub dirty: HashSet<u128>,
@@ -54,6 +56,31 @@ pub(super) struct Control {
     inbox: UnboundedSender<Input>,
     /// Jobs whose state file is being written: their ids are taken.
     creating: HashSet<u128>,
+}
+
+/// A job that had ended before the service started.
+pub(super) struct Archived {
+    pub path: PathBuf,
+    pub summary: JobSummary,
+    pub cause: Option<String>,
+}
+
+impl Archived {
+    /// Reads what the service keeps of an ended job (`st` is its file).
+    fn read(st: &JobState, meta: JobMeta) -> Result<Self, JobError> {
+        let (tasks, done) = st.task_counts()?;
+        Ok(Self {
+            path: st.path().to_path_buf(),
+            summary: JobSummary {
+                job: meta.job,
+                name: meta.name,
+                state: meta.state,
+                tasks,
+                done,
+            },
+            cause: meta.cause,
+        })
+    }
 }
 
 /// A job accepted or refused by the blocking-thread pool.
@@ -117,7 +144,8 @@ impl Control {
             };
             let meta = st.meta()?;
             if meta.state.is_final() {
-                self.archived.insert(meta.job, path);
+                let job = meta.job;
+                self.archived.insert(job, Archived::read(&st, meta)?);
                 continue;
             }
             if let Some(url) = meta.store {
@@ -181,6 +209,7 @@ impl Control {
             }
             Input::Frame { conn, msg } => self.frame(conn, msg),
             Input::Created(created) => self.created(created),
+            Input::Answer { conn, msg } => self.send(conn, msg),
             Input::Closed { conn } => {
                 let node = self.conns.remove(&conn).and_then(|c| c.node);
                 self.watchers.retain(|&(c, _), _| c != conn);
@@ -289,13 +318,9 @@ impl Control {
             let ended = match self.rm.phase(job) {
                 Some((state, cause)) if state.is_final() => Some((state, cause)),
                 Some(_) => None,
-                None => match self
-                    .archived
-                    .get(&job)
-                    .map(|p| JobState::open(p).and_then(|s| s.meta()))
-                {
-                    Some(Ok(meta)) => Some((meta.state, meta.cause)),
-                    _ => {
+                None => match self.archived.get(&job) {
+                    Some(a) => Some((a.summary.state, a.cause.clone())),
+                    None => {
                         let message = JobError::NoSuchJob(job).to_string();
                         self.send(conn, ToPeer::Error { message });
                         continue;
@@ -388,6 +413,30 @@ impl Control {
         Ok(())
     }
 
+    /// Runs `answer` on the xstream's blocking-thread pool (it reads job
+    /// state files) and sends what it returns to `conn` from this task.
+    pub(super) fn answer_blocking(
+        &self,
+        conn: ConnId,
+        answer: impl FnOnce() -> ToPeer + Send + 'static,
+    ) {
+        let inbox = self.inbox.clone();
+        let task = async move {
+            let msg = glommio::executor().spawn_blocking(answer).await;
+            // Fails only once the control task has stopped.
+            let _ = inbox.unbounded_send(Input::Answer { conn, msg });
+        };
+        match ferrite_xstream::spawn(TaskClass::Control, task) {
+            Ok(t) => {
+                t.detach();
+            }
+            Err(e) => {
+                let message = JobError::xstream(e).to_string();
+                self.send(conn, ToPeer::Error { message });
+            }
+        }
+    }
+
     /// A job's state file is written: the job enters the queue.
     fn created(&mut self, created: Created) {
         let Created {
@@ -416,26 +465,7 @@ impl Control {
 
     fn list(&self) -> Vec<JobSummary> {
         let mut jobs = self.rm.summaries();
-        for path in self.archived.values() {
-            let summary = JobState::open(path).and_then(|st| {
-                let meta = st.meta()?;
-                let rows = st.rows()?;
-                Ok(JobSummary {
-                    job: meta.job,
-                    name: meta.name,
-                    state: meta.state,
-                    tasks: rows.len() as u32,
-                    done: rows
-                        .iter()
-                        .filter(|r| r.state == ferrite_proto::rpc_jobs::TaskPhase::Done)
-                        .count() as u32,
-                })
-            });
-            match summary {
-                Ok(s) => jobs.push(s),
-                Err(e) => tracing::warn!("job list: {e}"),
-            }
-        }
+        jobs.extend(self.archived.values().map(|a| a.summary.clone()));
         jobs.sort_by_key(|s| s.job);
         jobs
     }

@@ -28,14 +28,14 @@ pub(super) struct Watch {
 
 impl Control {
     pub(super) fn status(&mut self, conn: ConnId, job: u128, watch: bool) {
-        if let Some(path) = self.archived.get(&job) {
-            let reply = match archived_status(path) {
+        if let Some(archived) = self.archived.get(&job) {
+            let path = archived.path.clone();
+            return self.answer_blocking(conn, move || match archived_status(&path) {
                 Ok(status) => ToPeer::Status { status },
                 Err(e) => ToPeer::Error {
                     message: e.to_string(),
                 },
-            };
-            return self.send(conn, reply);
+            });
         }
         if self.rm.phase(job).is_none() {
             let message = JobError::NoSuchJob(job).to_string();

@@ -2,8 +2,9 @@
 //! the CLI; the resource manager as one task in the control task class of
 //! an xstream (the engine's own, or one the service starts when it runs by
 //! itself); one recorder thread that updates the job state files (a new
-//! job's file is written by the xstream's blocking-thread pool, so the
-//! control task keeps answering meanwhile); a reader and a writer thread
+//! job's file is written, and an ended job's file read for `status`, by the
+//! xstream's blocking-thread pool, so the control task keeps answering
+//! meanwhile); a reader and a writer thread
 //! per connection. Inputs reach the control task as
 //! messages on the xstream mesh, and it wakes for each batch of them — no
 //! polling anywhere.
@@ -89,6 +90,11 @@ enum Input {
     },
     /// A submitted job's state file was written off the xstream (or not).
     Created(control::Created),
+    /// An answer made off the xstream (from a job state file), to send.
+    Answer {
+        conn: ConnId,
+        msg: ToPeer,
+    },
     Stop,
 }
 
