@@ -1,6 +1,9 @@
 //! Guards: the built-in storage steps run on workers against the job's
-//! engine (put and get of key ranges, copy between containers, scrub of a
-//! container), a damaged record fails the scrub by name, and every task's
+//! engine (put and get of key ranges, copy between containers, checksum
+//! scrub of a whole container: every object, dkey and akey, each record
+//! read back from the engine's device), a damaged record fails the scrub by
+//! name — also one corrupted on the device in another object than the
+//! steps' — and every task's
 //! stdout, stderr and exit code are records in the engine under
 //! `output_key(job, task id, akey)` — read back by `ferrite job status`;
 //! inside an engine, the resource manager runs on one of its xstreams.
@@ -14,7 +17,9 @@ use std::time::Duration;
 use ferrite_client::client::{Client, Key};
 use ferrite_client::jobs::outputs;
 use ferrite_client::jobs::JobClient;
+use ferrite_engine::config::{EngineConfig, Size};
 use ferrite_engine::jobs::{JobService, JobServiceConfig};
+use ferrite_engine::{Engine, EngineHandle};
 use ferrite_proto::rpc_jobs::{step_key, JobPhase, SpecFormat};
 
 const STEPS: &str = "name='steps'\n\
@@ -74,7 +79,7 @@ fn storage_steps_run_against_the_engine_and_outputs_are_records() {
         ("copy", "copy 300 records, 30000 bytes"),
         (
             "scrub",
-            "scrub 300 records, 30000 bytes in container 0x8, all good",
+            "scrub 300 records, 30000 bytes of 300 keys in 1 objects of container 0x8, all good",
         ),
     ] {
         let o = read(id).unwrap_or_else(|| panic!("outputs of {id}"));
@@ -152,6 +157,106 @@ fn an_engine_runs_the_resource_manager_in_its_control_task_class() {
         .unwrap()
         .expect("outputs of b");
     assert_eq!((b.exit_code, b.stdout.as_str()), (0, "HI\n"));
+    service.shutdown();
+    engine.shutdown().unwrap();
+}
+
+/// An engine of one target on small bdev files in `dir` (the same files on
+/// every start), with a job service storing outputs in it and one worker.
+fn start_engine(dir: &std::path::Path) -> (EngineHandle, JobService, common::Worker) {
+    let mut config = EngineConfig::for_temp_dir(dir);
+    config.bdev = "uring:{dir}/target-{i}.bdev?size=64M".into();
+    config.cache.ring_bytes = Size(4 << 20);
+    config.listen.unix = dir.join("e.sock").to_string_lossy().into_owned();
+    let engine = Engine::start(config).unwrap();
+    let url = format!("unix://{}", engine.unix_path().unwrap().display());
+    let mut jobs = JobServiceConfig::new(dir.join("jobs"));
+    jobs.store = Some(url);
+    let service = JobService::start(jobs).unwrap();
+    let worker = common::Worker::start(&service.addr().to_string(), "w", 1, dir);
+    (engine, service, worker)
+}
+
+/// Inverts one byte at every place `marker` occurs in the file at `path`;
+/// returns how many places.
+fn corrupt_every(path: &std::path::Path, marker: &[u8]) -> usize {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    const CHUNK: usize = 1 << 20;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let size = file.metadata().unwrap().len() as usize;
+    let mut hits = Vec::new();
+    let mut buf = vec![0u8; CHUNK + marker.len()];
+    for start in (0..size).step_by(CHUNK) {
+        let len = (CHUNK + marker.len()).min(size - start);
+        file.seek(SeekFrom::Start(start as u64)).unwrap();
+        file.read_exact(&mut buf[..len]).unwrap();
+        if buf[..len].iter().all(|&b| b == 0) {
+            continue;
+        }
+        let found = buf[..len].windows(marker.len()).enumerate();
+        hits.extend(found.filter(|(_, w)| *w == marker).map(|(i, _)| start + i));
+    }
+    hits.dedup();
+    for &at in &hits {
+        let mut byte = [0u8];
+        file.seek(SeekFrom::Start(at as u64)).unwrap();
+        file.read_exact(&mut byte).unwrap();
+        file.seek(SeekFrom::Start(at as u64)).unwrap();
+        file.write_all(&[!byte[0]]).unwrap();
+    }
+    file.sync_all().unwrap();
+    hits.len()
+}
+
+#[test]
+fn scrub_reads_every_object_back_from_the_device() {
+    common::watchdog(Duration::from_secs(90));
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, service, worker) = start_engine(dir.path());
+    let url = format!("unix://{}", engine.unix_path().unwrap().display());
+    let addr = service.addr().to_string();
+    let put = "name='p'\n[[task]]\nid='put'\nsteps=[{kind='put', container=12, prefix='r', count=20, size_bytes=64}]\n";
+    assert_eq!(run(&addr, put).1, JobPhase::Done);
+    // Three more objects of single values, and a byte array of two extents.
+    let store = Client::connect(&url).unwrap();
+    let value = |o: u128, i: u32| format!("object {o} record {i}|").repeat(10).into_bytes();
+    for o in 1..=3u128 {
+        for i in 0..10 {
+            let key = Key::new(12, o, format!("d{i}").as_bytes(), b"a");
+            store.put(&key, &value(o, i)).unwrap();
+        }
+    }
+    let array = Key::new(12, 4, b"file", b"data");
+    store.write_extent(&array, 0, &[1u8; 1000]).unwrap();
+    store.write_extent(&array, 500, &[2u8; 1000]).unwrap();
+    let scrub = "name='s'\n[retry]\nmax_attempts=1\n[[task]]\nid='scrub'\nsteps=[{kind='scrub', container=12}]\n";
+    let (job, phase, cause) = run(&addr, scrub);
+    assert_eq!(phase, JobPhase::Done, "{cause:?}");
+    let o = outputs::read(&store, job, "scrub").unwrap().unwrap();
+    let all = "scrub 52 records, 8680 bytes of 51 keys in 5 objects of container 0xc, all good";
+    assert!(o.stdout.starts_with(all), "{}", o.stdout);
+    drop(store);
+    drop(worker);
+    service.shutdown();
+    engine.shutdown().unwrap();
+
+    // Bits of object 2's record d5 rot on the device while the engine is
+    // down: nothing but a read of that record from the device can tell.
+    let bdev = dir.path().join("target-0.bdev");
+    assert!(corrupt_every(&bdev, b"object 2 record 5|") > 0);
+    let (engine, service, _worker) = start_engine(dir.path());
+    let (_, phase, cause) = run(&service.addr().to_string(), scrub);
+    assert_eq!(phase, JobPhase::Failed);
+    let cause = cause.unwrap();
+    assert!(
+        cause.contains(r#"1 of 52 records bad: object 0x2 dkey "d5" akey "a""#),
+        "{cause}"
+    );
+    assert!(cause.contains("on the device"), "{cause}");
     service.shutdown();
     engine.shutdown().unwrap();
 }

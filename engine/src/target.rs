@@ -202,6 +202,21 @@ pub async fn handle(req: Request) -> Reply {
             s.fetch_extent(&key.as_record_key(), offset, u64::from(len))
                 .await,
         ),
+        Request::ListObjects {
+            container,
+            after,
+            limit,
+        } => {
+            let limit = (limit as usize).clamp(1, LIST_LIMIT_MAX);
+            let mut objects = s.list_objects(container, after, limit + 1);
+            let more = objects.len() > limit;
+            objects.truncate(limit);
+            Reply::Objects { objects, more }
+        }
+        Request::Verify { key } => s
+            .verify(&key.as_record_key())
+            .await
+            .map_or_else(store_error, Reply::Verified),
         Request::Stat => Reply::Stat(vec![t.stat()]),
         Request::Sync => s.sync().await.map_or_else(store_error, |()| Reply::Synced),
         other => Reply::error(

@@ -6,7 +6,7 @@
 mod server_support;
 
 use ferrite_proto::region::Provider;
-use ferrite_proto::rpc::{ErrorCode, Found, PunchScope, Reply, Request};
+use ferrite_proto::rpc::{ErrorCode, Found, PunchScope, Reply, Request, Verified};
 use server_support::*;
 
 fn update(c: &mut RawClient, k: &ferrite_proto::rpc::Key, v: &[u8]) -> u64 {
@@ -393,4 +393,72 @@ fn one_sided_reads_over_tcp_and_shm_match_acknowledged_values() {
         .regions
         .iter()
         .all(|d| d.provider == Provider::Tcp));
+}
+
+/// ListObjects merges every target's objects of a container (sorted by id,
+/// paged, each once though its keys sit on both targets, no other
+/// container's); Verify answers alone and inside a batch.
+#[test]
+fn objects_are_listed_from_every_target_and_records_verified() {
+    let dir = temp_dir();
+    let engine = EngineProcess::start(dir.path(), &[]);
+    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let objects = [30u128, 5, 1 << 100, 17];
+    for &object in &objects {
+        for i in 0..8 {
+            update(&mut c, &key(object, &format!("d{i}"), "a"), b"value");
+        }
+    }
+    update(
+        &mut c,
+        &ferrite_proto::rpc::Key::new(2, 3, b"d", b"a"),
+        b"x",
+    );
+    let list = |c: &mut RawClient, after, limit| match c
+        .call(&Request::ListObjects {
+            container: 1,
+            after,
+            limit,
+        })
+        .unwrap()
+    {
+        Reply::Objects { objects, more } => (objects, more),
+        other => panic!("list objects: {other:?}"),
+    };
+    let (mut all, mut after) = (Vec::new(), None);
+    for _ in 0..objects.len() {
+        let (page, more) = list(&mut c, after, 3);
+        assert!(page.len() <= 3);
+        after = page.last().copied();
+        all.extend(page);
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(all, vec![5, 17, 30, 1 << 100]);
+    assert_eq!(list(&mut c, Some(30), 10), (vec![1 << 100], false));
+
+    let verify = |k| Request::Verify { key: k };
+    let intact = Reply::Verified(Verified::Intact {
+        records: 1,
+        value_bytes: 5,
+    });
+    assert_eq!(c.call(&verify(key(17, "d3", "a"))).unwrap(), intact);
+    let r = c
+        .call(&Request::Batch(vec![
+            verify(key(5, "d0", "a")),
+            verify(key(5, "d0", "absent")),
+        ]))
+        .unwrap();
+    assert_eq!(
+        r,
+        Reply::Batch(vec![intact, Reply::Verified(Verified::Absent)])
+    );
+
+    c.call(&Request::Punch {
+        scope: PunchScope::Object,
+        key: key(17, "", ""),
+    })
+    .unwrap();
+    assert_eq!(list(&mut c, None, 10), (vec![5, 30, 1 << 100], false));
 }

@@ -256,6 +256,8 @@ pub(crate) fn op_name(r: &Request) -> &'static str {
         Request::Batch(_) => "batch",
         Request::Stat => "stat",
         Request::Sync => "sync",
+        Request::ListObjects { .. } => "list objects",
+        Request::Verify { .. } => "verify",
         Request::RegionRead { .. } => "region read",
     }
 }

@@ -8,7 +8,9 @@ use ferrite_proto::key::RecordKey;
 use ferrite_proto::region::{Provider, RegionDescriptor, RegionKind};
 use ferrite_proto::rpc::handshake::WELCOME_SERVED_BY;
 use ferrite_proto::rpc::message::MAX_BATCH_ITEMS;
-use ferrite_proto::rpc::{Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat};
+use ferrite_proto::rpc::{
+    Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat, Verified,
+};
 
 use crate::client::conn::{ConnectOptions, Connection, Session};
 use crate::client::counters::{Counter, CounterSnapshot, Counters};
@@ -477,6 +479,31 @@ impl Client {
             after,
             limit: LIST_PAGE,
         })
+    }
+
+    /// Every object of a container that holds a key, sorted by id.
+    pub fn list_objects(&self, container: u64) -> Result<Vec<u128>> {
+        let mut all: Vec<u128> = Vec::new();
+        loop {
+            let page = Request::ListObjects {
+                container,
+                after: all.last().copied(),
+                limit: LIST_PAGE,
+            };
+            let (objects, more) = reply::objects(self.request(&page)?)?;
+            let got = objects.len();
+            all.extend(objects);
+            if !more || got == 0 {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Has the engine read back and check every record of the key's value
+    /// (on its device, and in memory while there); see [`Verified`].
+    pub fn verify(&self, key: &Key) -> Result<Verified> {
+        let req = Request::Verify { key: key.clone() };
+        reply::verified(self.request(&req)?)
     }
 
     fn list_pages(&self, page: impl Fn(Option<Vec<u8>>) -> Request) -> Result<Vec<Vec<u8>>> {

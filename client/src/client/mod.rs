@@ -32,7 +32,7 @@ pub mod waiter;
 pub use async_api::ClientEventQueue;
 pub use counters::CounterSnapshot;
 pub use error::{Error, Result};
-pub use ferrite_proto::rpc::{Found, Key, PunchScope, Reply, Request};
+pub use ferrite_proto::rpc::{Found, Key, PunchScope, Reply, Request, Verified};
 pub use handle::{Client, ClientOptions, EngineStat};
 pub use onesided::RetryPolicy;
 pub use url::EngineUrl;

@@ -1,6 +1,6 @@
 //! Turning replies into typed results.
 
-use ferrite_proto::rpc::{Found, Reply};
+use ferrite_proto::rpc::{Found, Reply, Verified};
 
 use crate::client::error::{Error, Result};
 
@@ -40,6 +40,21 @@ pub(crate) fn keys(op: &'static str, r: Reply) -> Result<(Vec<Vec<u8>>, bool)> {
 }
 
 /// A conditional update's reply: the new version, or `VersionMismatch`.
+pub(crate) fn objects(r: Reply) -> Result<(Vec<u128>, bool)> {
+    match r {
+        Reply::Objects { objects, more } => Ok((objects, more)),
+        other => Err(unexpected("list objects", other)),
+    }
+}
+
+/// A Verify reply, as a batch item or alone.
+pub(crate) fn verified(r: Reply) -> Result<Verified> {
+    match r {
+        Reply::Verified(v) => Ok(v),
+        other => Err(unexpected("verify", other)),
+    }
+}
+
 pub(crate) fn cond(expected: u64, r: Reply) -> Result<u64> {
     match r {
         Reply::Cond {

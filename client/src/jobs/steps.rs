@@ -1,15 +1,16 @@
 //! Built-in storage steps, run by a worker against the job's engine through
 //! the client library: `put` and `get` of key ranges, `copy` of a range
-//! between containers, `scrub` of a container.
+//! between containers, checksum `scrub` of a whole container (every record
+//! of every object, read back and checked by the engine).
 //!
 //! Every key a step touches is [`step_key`]`(container, "{prefix}{i}")`;
 //! a value written by `put` is [`fill_pattern`] of its name, so `get`,
 //! `copy` and `scrub` check each byte they read, on top of the record
 //! checks the client makes itself (key, checksum).
 
-use ferrite_proto::rpc_jobs::{step_key, STEP_OBJECT};
+use ferrite_proto::rpc_jobs::{step_key, AKEY_VALUE, STEP_OBJECT};
 
-use crate::client::{Client, Key, Reply, Request};
+use crate::client::{Client, Key, Reply, Request, Verified};
 
 /// Requests per batch frame, and keys read at once.
 const CHUNK: u64 = 256;
@@ -168,35 +169,127 @@ pub fn copy(
     ))
 }
 
-/// Reads every record under the step object of `container` (every key a
-/// put or copy step wrote there) and checks it.
+/// What a scrub has seen so far.
+#[derive(Default)]
+struct Tally {
+    objects: u64,
+    keys: u64,
+    records: u64,
+    bytes: u64,
+    /// The bad records, named.
+    bad: Vec<String>,
+}
+
+/// A key as a scrub names it: dkey alone under the step object (the name
+/// `put` gave it), else object, dkey and akey.
+fn shown(key: &Key) -> String {
+    let part = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    match key.object == STEP_OBJECT && key.akey == AKEY_VALUE {
+        true => part(&key.dkey),
+        false => format!(
+            "object {:#x} dkey {:?} akey {:?}",
+            key.object,
+            part(&key.dkey),
+            part(&key.akey)
+        ),
+    }
+}
+
+/// Has the engine check every record of `keys` where it keeps it (Verify:
+/// read back from its device, and from memory while there; CRC, address,
+/// key).
+fn verify_keys(c: &Client, keys: &[Key], t: &mut Tally) -> Result<(), String> {
+    let batch = keys
+        .iter()
+        .map(|k| Request::Verify { key: k.clone() })
+        .collect();
+    let replies = c.batch(batch).map_err(|e| format!("scrub: verify: {e}"))?;
+    for (key, reply) in keys.iter().zip(replies) {
+        match reply {
+            Reply::Verified(Verified::Absent) => {} // deleted since the listing
+            Reply::Verified(Verified::Intact {
+                records,
+                value_bytes,
+            }) => {
+                t.keys += 1;
+                t.records += u64::from(records);
+                t.bytes += value_bytes;
+            }
+            Reply::Verified(Verified::Corrupt {
+                records,
+                addr,
+                reason,
+            }) => {
+                t.keys += 1;
+                t.records += u64::from(records) + 1;
+                t.bad
+                    .push(format!("{} (record at {addr:#x}: {reason})", shown(key)));
+            }
+            Reply::Error { message, .. } => t.bad.push(format!("{} ({message})", shown(key))),
+            other => return Err(format!("scrub: verify answered {other:?}")),
+        }
+    }
+    Ok(())
+}
+
+/// Checks the values of step records against what `put` writes there.
+fn check_patterns(c: &Client, keys: &[Key], t: &mut Tally) -> Result<(), String> {
+    let keys: Vec<_> = keys
+        .iter()
+        .filter(|k| k.akey == AKEY_VALUE)
+        .map(Key::as_record_key)
+        .collect();
+    let mut outs: Vec<Vec<u8>> = vec![Vec::new(); keys.len()];
+    let got = c
+        .get_many_into(&keys, &mut outs)
+        .map_err(|e| format!("scrub: get: {e}"))?;
+    for ((key, r), out) in keys.iter().zip(got).zip(&outs) {
+        let found = matches!(r, Ok(Some(_)));
+        if found && !matches_pattern(key.dkey, out) {
+            t.bad.push(String::from_utf8_lossy(key.dkey).into_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Every key of one object of the container, in order.
+fn keys_of(c: &Client, container: u64, object: u128) -> Result<Vec<Key>, String> {
+    let err = |e| format!("scrub: list: {e}");
+    let mut keys = Vec::new();
+    for dkey in c.list_dkeys(container, object).map_err(err)? {
+        for akey in c.list_akeys(container, object, &dkey).map_err(err)? {
+            keys.push(Key::new(container, object, &dkey, &akey));
+        }
+    }
+    Ok(keys)
+}
+
+/// Checksum scrub of a whole container: walks every object, dkey and akey
+/// of it and has the engine read back and check every record (see
+/// [`verify_keys`]); records under the step object must also hold what
+/// `put` wrote. Fails naming the bad records (up to 8).
 pub fn scrub(c: &Client, container: u64) -> Result<String, String> {
-    let dkeys = c
-        .list_dkeys(container, STEP_OBJECT)
-        .map_err(|e| format!("scrub: list: {e}"))?;
-    let (mut records, mut bytes, mut bad) = (0u64, 0u64, Vec::new());
-    let mut out = Vec::new();
-    for dkey in &dkeys {
-        let akeys = c
-            .list_akeys(container, STEP_OBJECT, dkey)
-            .map_err(|e| format!("scrub: list: {e}"))?;
-        for akey in &akeys {
-            let key = ferrite_proto::key::RecordKey::new(container, STEP_OBJECT, dkey, akey);
-            let shown = String::from_utf8_lossy(dkey).into_owned();
-            match c.get_into(&key, &mut out) {
-                Ok(Some(_)) => {
-                    records += 1;
-                    bytes += out.len() as u64;
-                    if !matches_pattern(dkey, &out) {
-                        bad.push(shown);
-                    }
-                }
-                // Deleted between the listing and the read.
-                Ok(None) => {}
-                Err(e) => bad.push(format!("{shown} ({e})")),
+    let mut t = Tally::default();
+    let objects = c
+        .list_objects(container)
+        .map_err(|e| format!("scrub: list objects: {e}"))?;
+    for object in objects {
+        t.objects += 1;
+        let keys = keys_of(c, container, object)?;
+        for chunk in keys.chunks(CHUNK as usize) {
+            verify_keys(c, chunk, &mut t)?;
+            if object == STEP_OBJECT {
+                check_patterns(c, chunk, &mut t)?;
             }
         }
     }
+    let Tally {
+        objects,
+        keys,
+        records,
+        bytes,
+        bad,
+    } = t;
     if !bad.is_empty() {
         let first: Vec<_> = bad.iter().take(8).cloned().collect();
         return Err(format!(
@@ -206,7 +299,8 @@ pub fn scrub(c: &Client, container: u64) -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "scrub {records} records, {bytes} bytes in container {container:#x}, all good\n"
+        "scrub {records} records, {bytes} bytes of {keys} keys in {objects} objects \
+         of container {container:#x}, all good\n"
     ))
 }
 

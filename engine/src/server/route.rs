@@ -1,8 +1,8 @@
 //! Routing: a request goes to the target that owns its dkey (over the
 //! xstream mesh, or directly when that is the calling xstream); requests
-//! that span targets (batches, dkey listings, object punches, stat) fan out
-//! and their replies are merged. Region reads never reach a target: the
-//! network task serves them from the region.
+//! that span targets (batches, dkey and object listings, object punches,
+//! stat) fan out and their replies are merged. Region reads never reach a
+//! target: the network task serves them from the region.
 
 use std::sync::Arc;
 
@@ -55,6 +55,9 @@ async fn execute_one(shared: &Arc<Shared>, req: Request) -> Reply {
             Reply::Synced
         }
         Request::ListDkeys { limit, .. } => merge_keys(fan_out(shared, &req).await, limit as usize),
+        Request::ListObjects { limit, .. } => {
+            merge_objects(fan_out(shared, &req).await, limit as usize)
+        }
         Request::Punch {
             scope: PunchScope::Object,
             ..
@@ -119,28 +122,56 @@ async fn fan_out(shared: &Arc<Shared>, req: &Request) -> Vec<Reply> {
 
 /// Merges per-target sorted, disjoint key lists into one of at most `limit`.
 fn merge_keys(replies: Vec<Reply>, limit: usize) -> Reply {
+    let split = |reply| match reply {
+        Reply::Keys { keys, more } => Ok((keys, more)),
+        error => Err(error),
+    };
+    merge(replies, limit, split, |keys, more| Reply::Keys {
+        keys,
+        more,
+    })
+}
+
+/// Merges per-target sorted object lists (an object has keys on several
+/// targets) into one of at most `limit`.
+fn merge_objects(replies: Vec<Reply>, limit: usize) -> Reply {
+    let split = |reply| match reply {
+        Reply::Objects { objects, more } => Ok((objects, more)),
+        error => Err(error),
+    };
+    merge(replies, limit, split, |objects, more| Reply::Objects {
+        objects,
+        more,
+    })
+}
+
+/// Sorts and dedups what `split` takes out of each reply, cuts it to
+/// `limit` (then more follow); the first error reply wins.
+fn merge<T: Ord>(
+    replies: Vec<Reply>,
+    limit: usize,
+    split: impl Fn(Reply) -> Result<(Vec<T>, bool), Reply>,
+    join: impl FnOnce(Vec<T>, bool) -> Reply,
+) -> Reply {
     let limit = limit.clamp(1, target::LIST_LIMIT_MAX);
-    let mut keys = Vec::new();
+    let mut all = Vec::new();
     let mut more = false;
     for reply in replies {
-        match reply {
-            Reply::Keys {
-                keys: mut k,
-                more: m,
-            } => {
-                keys.append(&mut k);
+        match split(reply) {
+            Ok((mut items, m)) => {
+                all.append(&mut items);
                 more |= m;
             }
-            error => return error,
+            Err(error) => return error,
         }
     }
-    keys.sort();
-    keys.dedup();
-    if keys.len() > limit {
-        keys.truncate(limit);
+    all.sort();
+    all.dedup();
+    if all.len() > limit {
+        all.truncate(limit);
         more = true;
     }
-    Reply::Keys { keys, more }
+    join(all, more)
 }
 
 #[cfg(test)]
@@ -166,5 +197,14 @@ mod tests {
         }
         let err = Reply::error(ErrorCode::Io, "x");
         assert_eq!(merge_keys(vec![a, err.clone()], 3), err);
+        let objects = |objects: Vec<u128>, more| Reply::Objects { objects, more };
+        // An object with keys on both targets is listed once.
+        let merged = merge_objects(
+            vec![objects(vec![1, 4], false), objects(vec![2, 4], true)],
+            2,
+        );
+        assert_eq!(merged, objects(vec![1, 2], true));
+        let merged = merge_objects(vec![objects(vec![1, 4], false), objects(vec![4], false)], 5);
+        assert_eq!(merged, objects(vec![1, 4], false));
     }
 }

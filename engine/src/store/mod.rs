@@ -61,6 +61,7 @@ mod log;
 mod ops;
 mod recover;
 mod sync;
+mod verify;
 
 pub use checkpoint::CheckpointInfo;
 pub use cleaner::{CleanReport, CLEANER_SHARES};

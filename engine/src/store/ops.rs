@@ -18,7 +18,7 @@ const CONDITIONAL_ROUNDS: u32 = 10_000;
 /// Cache lines of each record `fetch_batch` prefetches.
 const PREFETCH_LINES: u64 = 4;
 /// Re-reads of a record the cleaner moved while it was being read.
-const MOVED_RETRIES: u32 = 8;
+pub(super) const MOVED_RETRIES: u32 = 8;
 
 /// Where `fetch` found a key.
 enum Found {
@@ -47,7 +47,7 @@ impl<'a> AppendSpec<'a> {
 }
 
 impl Store {
-    fn validate(key: &RecordKey<'_>, value_len: usize) -> Result<()> {
+    pub(super) fn validate(key: &RecordKey<'_>, value_len: usize) -> Result<()> {
         key.validate()
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
         if value_len > VALUE_MAX_BYTES {
@@ -285,7 +285,7 @@ impl Store {
     }
 
     /// Did the key's record move away from `addr` (cleaner) or vanish?
-    fn moved(&self, key: &RecordKey<'_>, addr: u64) -> bool {
+    pub(super) fn moved(&self, key: &RecordKey<'_>, addr: u64) -> bool {
         self.dir
             .borrow()
             .get((key.container, key.object), key.dkey, key.akey)

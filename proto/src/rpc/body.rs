@@ -35,6 +35,102 @@ fn get_after(r: &mut Reader<'_>) -> Result<(u32, Option<Vec<u8>>), FormatError> 
     Ok((limit, has.then_some(bytes)))
 }
 
+/// ListObjects request body: container u64, limit u32, has_after u8,
+/// after u128 (0 without has_after).
+pub const LIST_OBJECTS_BODY_BYTES: usize = 8 + 4 + 1 + 16;
+const _: () = assert!(LIST_OBJECTS_BODY_BYTES == 29);
+/// Verified reply body before its reason: outcome u8, records u32,
+/// value_bytes u64, addr u64, reason_len u16.
+pub const VERIFIED_FIXED_BYTES: usize = 1 + 4 + 8 + 8 + 2;
+const _: () = assert!(VERIFIED_FIXED_BYTES == 23);
+
+fn put_verified(out: &mut Vec<u8>, v: &Verified) {
+    let (outcome, records, value_bytes, addr, reason) = match v {
+        Verified::Absent => (0, 0, 0, 0, ""),
+        Verified::Intact {
+            records,
+            value_bytes,
+        } => (1, *records, *value_bytes, 0, ""),
+        Verified::Corrupt {
+            records,
+            addr,
+            reason,
+        } => (
+            2,
+            *records,
+            0,
+            *addr,
+            utf8_prefix(reason, MAX_MESSAGE_BYTES),
+        ),
+    };
+    out.put_u8(outcome);
+    out.put_u32(records);
+    out.put_u64(value_bytes);
+    out.put_u64(addr);
+    out.put_u16(len_u16(reason.len()));
+    out.put_bytes(reason.as_bytes());
+}
+
+/// Decodes a `verified` body; fields an outcome does not use must be 0.
+fn get_verified(r: &mut Reader<'_>) -> Result<Verified, FormatError> {
+    let outcome = r.u8()?;
+    let records = r.u32()?;
+    let value_bytes = r.u64()?;
+    let addr = r.u64()?;
+    let len = usize::from(r.u16()?);
+    let reason = r.vec(len, MAX_MESSAGE_BYTES, "reason_len")?;
+    let unused = |field, value: u64| match value {
+        0 => Ok(()),
+        v => Err(r.range(field, v)),
+    };
+    Ok(match outcome {
+        0 => {
+            unused("records", u64::from(records))?;
+            unused("value_bytes", value_bytes)?;
+            unused("addr", addr)?;
+            unused("reason_len", len as u64)?;
+            Verified::Absent
+        }
+        1 => {
+            unused("addr", addr)?;
+            unused("reason_len", len as u64)?;
+            Verified::Intact {
+                records,
+                value_bytes,
+            }
+        }
+        2 => {
+            unused("value_bytes", value_bytes)?;
+            let reason = String::from_utf8(reason).map_err(|_| r.range("reason (utf-8)", 0))?;
+            Verified::Corrupt {
+                records,
+                addr,
+                reason,
+            }
+        }
+        v => return Err(r.range("outcome", u64::from(v))),
+    })
+}
+
+/// A listing reply: u32 count (≤ [`MAX_LIST_KEYS`]), u8 more, then count
+/// items read by `item`.
+fn get_list<T>(
+    r: &mut Reader<'_>,
+    field: &'static str,
+    mut item: impl FnMut(&mut Reader<'_>) -> Result<T, FormatError>,
+) -> Result<(Vec<T>, bool), FormatError> {
+    let count = r.u32()? as usize;
+    if count > MAX_LIST_KEYS {
+        return Err(r.range(field, count as u64));
+    }
+    let more = get_bool(r, "more")?;
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        items.push(item(r)?);
+    }
+    Ok((items, more))
+}
+
 fn put_blob(out: &mut Vec<u8>, b: &[u8]) {
     out.put_u32(len_u32(b.len()));
     out.put_bytes(b);
@@ -62,6 +158,8 @@ impl Request {
             Self::Batch(_) => MessageType::Batch,
             Self::Stat => MessageType::Stat,
             Self::Sync => MessageType::Sync,
+            Self::ListObjects { .. } => MessageType::ListObjects,
+            Self::Verify { .. } => MessageType::Verify,
             Self::RegionRead { .. } => MessageType::RegionRead,
         }
     }
@@ -76,7 +174,8 @@ impl Request {
             | Self::Punch { key, .. }
             | Self::CondUpdate { key, .. }
             | Self::ExtentWrite { key, .. }
-            | Self::ExtentRead { key, .. } => (key.container, key.object, key.dkey.as_slice()),
+            | Self::ExtentRead { key, .. }
+            | Self::Verify { key } => (key.container, key.object, key.dkey.as_slice()),
             Self::ListAkeys {
                 container,
                 object,
@@ -153,6 +252,17 @@ impl Request {
                 }
             }
             Self::Stat | Self::Sync => {}
+            Self::ListObjects {
+                container,
+                after,
+                limit,
+            } => {
+                out.put_u64(*container);
+                out.put_u32(*limit);
+                out.put_u8(u8::from(after.is_some()));
+                out.put_u128(after.unwrap_or(0));
+            }
+            Self::Verify { key } => key.encode_into(out),
             Self::RegionRead {
                 region_id,
                 access_key,
@@ -251,6 +361,23 @@ impl Request {
             })?),
             MessageType::Stat => Self::Stat,
             MessageType::Sync => Self::Sync,
+            MessageType::ListObjects => {
+                let container = r.u64()?;
+                let limit = r.u32()?;
+                let has = get_bool(r, "has_after")?;
+                let after = r.u128()?;
+                if !has && after != 0 {
+                    return Err(r.range("after", 1));
+                }
+                Self::ListObjects {
+                    container,
+                    after: has.then_some(after),
+                    limit,
+                }
+            }
+            MessageType::Verify => Self::Verify {
+                key: Key::decode_from(r)?,
+            },
             MessageType::RegionRead => {
                 let region_id = r.u32()?;
                 if r.u32()? != 0 {
@@ -323,6 +450,8 @@ impl Reply {
             Self::Version(_) => MessageType::Update,
             Self::Value(_) => MessageType::Fetch,
             Self::Keys { .. } => MessageType::ListDkeys,
+            Self::Objects { .. } => MessageType::ListObjects,
+            Self::Verified(_) => MessageType::Verify,
             Self::Cond { .. } => MessageType::CondUpdate,
             Self::Data(_) => MessageType::RegionRead,
             Self::Batch(_) => MessageType::Batch,
@@ -364,6 +493,14 @@ impl Reply {
                 out.put_u8(u8::from(*applied));
                 out.put_u64(*version);
             }
+            Self::Objects { objects, more } => {
+                out.put_u32(len_u32(objects.len()));
+                out.put_u8(u8::from(*more));
+                for o in objects {
+                    out.put_u128(*o);
+                }
+            }
+            Self::Verified(v) => put_verified(out, v),
             Self::Data(d) => put_blob(out, d),
             Self::Batch(items) => {
                 out.put_u16(len_u16(items.len()));
@@ -404,22 +541,21 @@ impl Reply {
                 })),
             },
             T::ListDkeys | T::ListAkeys => {
-                let count = r.u32()? as usize;
-                if count > MAX_LIST_KEYS {
-                    return Err(r.range("key count", count as u64));
-                }
-                let more = get_bool(r, "more")?;
-                let mut keys = Vec::with_capacity(count);
-                for _ in 0..count {
+                let (keys, more) = get_list(r, "key count", |r| {
                     let len = usize::from(r.u16()?);
-                    keys.push(r.vec(len, KEY_PART_MAX_BYTES, "key_len")?);
-                }
+                    r.vec(len, KEY_PART_MAX_BYTES, "key_len")
+                })?;
                 Self::Keys { keys, more }
             }
             T::CondUpdate => Self::Cond {
                 applied: get_bool(r, "applied")?,
                 version: r.u64()?,
             },
+            T::ListObjects => {
+                let (objects, more) = get_list(r, "object count", |r| r.u128())?;
+                Self::Objects { objects, more }
+            }
+            T::Verify => Self::Verified(get_verified(r)?),
             T::RegionRead => Self::Data(get_blob(r, MAX_READ_BYTES, "data_len")?),
             T::Batch => Self::Batch(decode_items(r, |k, r| {
                 if k != T::Error && !k.is_batchable() {

@@ -51,12 +51,14 @@ pub enum MessageType {
     Batch = 0x18,
     Stat = 0x19,
     Sync = 0x1a,
+    ListObjects = 0x1b,
+    Verify = 0x1c,
     RegionRead = 0x20,
     Error = 0x7f,
 }
 
 impl MessageType {
-    pub const ALL: [MessageType; 15] = [
+    pub const ALL: [MessageType; 17] = [
         Self::Hello,
         Self::Login,
         Self::Update,
@@ -70,6 +72,8 @@ impl MessageType {
         Self::Batch,
         Self::Stat,
         Self::Sync,
+        Self::ListObjects,
+        Self::Verify,
         Self::RegionRead,
         Self::Error,
     ];
@@ -90,6 +94,7 @@ impl MessageType {
                 | Self::CondUpdate
                 | Self::ExtentWrite
                 | Self::ExtentRead
+                | Self::Verify
         )
     }
 }

@@ -129,6 +129,19 @@ pub enum Request {
     /// Make every acknowledged update of every target survive a power loss
     /// (flush the devices of engines acknowledging at process durability).
     Sync,
+    /// Objects of a container that hold at least one key, sorted by id,
+    /// strictly after `after`; from every target.
+    ListObjects {
+        container: u64,
+        after: Option<u128>,
+        limit: u32,
+    },
+    /// Reads every record the key's value is made of from the device (and
+    /// from the memory ring while it is there) and checks each one: CRC,
+    /// key, address. Answered by [`Reply::Verified`].
+    Verify {
+        key: Key,
+    },
     /// One-sided read of `len` bytes at `offset` of a tcp-provider region.
     RegionRead {
         region_id: u32,
@@ -143,6 +156,22 @@ pub enum Request {
 pub struct Found {
     pub version: u64,
     pub value: Vec<u8>,
+}
+
+/// What a [`Request::Verify`] found (wire: the `verified` reply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verified {
+    /// The key has no value.
+    Absent,
+    /// Every record checked: how many, and the value bytes they hold.
+    Intact { records: u32, value_bytes: u64 },
+    /// The record at log address `addr` failed its check (`reason`), after
+    /// `records` good ones.
+    Corrupt {
+        records: u32,
+        addr: u64,
+        reason: String,
+    },
 }
 
 /// Counters of one target in a stat reply.
@@ -221,6 +250,13 @@ pub enum Reply {
         applied: bool,
         version: u64,
     },
+    /// Reply to ListObjects; `more` = call again after the last object.
+    Objects {
+        objects: Vec<u128>,
+        more: bool,
+    },
+    /// Reply to Verify.
+    Verified(Verified),
     /// Reply to RegionRead.
     Data(Vec<u8>),
     /// Reply to Batch: one reply per operation, in order.

@@ -71,6 +71,7 @@ fn data_request() -> impl Strategy<Value = Request> {
             offset,
             len
         }),
+        key().prop_map(|key| Request::Verify { key }),
     ]
 }
 
@@ -80,6 +81,16 @@ fn request() -> impl Strategy<Value = Request> {
         vec(data_request(), 0..8).prop_map(Request::Batch),
         Just(Request::Stat),
         Just(Request::Sync),
+        (
+            any::<u64>(),
+            proptest::option::of(any::<u128>()),
+            any::<u32>()
+        )
+            .prop_map(|(container, after, limit)| Request::ListObjects {
+                container,
+                after,
+                limit
+            }),
         (any::<u32>(), any::<u64>(), any::<u64>(), 0u32..4096).prop_map(|(r, a, o, l)| {
             Request::RegionRead {
                 region_id: r,
@@ -106,6 +117,24 @@ fn data_reply() -> impl Strategy<Value = Reply> {
         (any::<bool>(), any::<u64>())
             .prop_map(|(applied, version)| Reply::Cond { applied, version }),
         (1u16..12, "[a-zé]{0,40}").prop_map(|(c, m)| Reply::error(ErrorCode::from_u16(c), m)),
+        verified().prop_map(Reply::Verified),
+    ]
+}
+
+fn verified() -> impl Strategy<Value = Verified> {
+    prop_oneof![
+        Just(Verified::Absent),
+        (any::<u32>(), any::<u64>()).prop_map(|(records, value_bytes)| Verified::Intact {
+            records,
+            value_bytes
+        }),
+        (any::<u32>(), any::<u64>(), "[a-z é]{0,40}").prop_map(|(records, addr, reason)| {
+            Verified::Corrupt {
+                records,
+                addr,
+                reason,
+            }
+        }),
     ]
 }
 
@@ -144,6 +173,10 @@ fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
     prop_oneof![
         data_reply().prop_map(|r| (r.shape_kind(), r)),
         bytes(300).prop_map(|d| (MessageType::RegionRead, Reply::Data(d))),
+        (vec(any::<u128>(), 0..10), any::<bool>()).prop_map(|(objects, more)| (
+            MessageType::ListObjects,
+            Reply::Objects { objects, more }
+        )),
         Just((MessageType::Sync, Reply::Synced)),
         vec(data_reply(), 0..6).prop_map(|v| (MessageType::Batch, Reply::Batch(v))),
         welcome().prop_map(|w| (MessageType::Login, w)),
@@ -298,4 +331,78 @@ fn pipelined_frames_split_in_order() {
     }
     assert_eq!(ids, vec![0, 1, 2, 3, 4]);
     assert_eq!(at, wire.len());
+}
+
+/// The bytes of a ListObjects request and of its reply, and of a Verified
+/// reply, as `FORMAT.md` lays them out.
+#[test]
+fn list_objects_and_verified_bodies_are_laid_out_byte_by_byte() {
+    let mut body = Vec::new();
+    Request::ListObjects {
+        container: 0x0102,
+        after: Some(0x0a0b),
+        limit: 7,
+    }
+    .encode_body(&mut body);
+    assert_eq!(body.len(), body::LIST_OBJECTS_BODY_BYTES);
+    let mut want = vec![0x02, 0x01, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 1, 0x0b, 0x0a];
+    want.extend([0; 14]);
+    assert_eq!(body, want);
+    // No `after`: has_after 0 and an after of 0; anything else is refused.
+    body.clear();
+    Request::ListObjects {
+        container: 1,
+        after: None,
+        limit: 1,
+    }
+    .encode_body(&mut body);
+    assert_eq!(body[12..], [0; 17]);
+    body[13] = 1;
+    assert!(Request::decode_body(MessageType::ListObjects, &body).is_err());
+    assert!(!MessageType::ListObjects.is_batchable());
+    assert!(MessageType::Verify.is_batchable());
+
+    body.clear();
+    Reply::Objects {
+        objects: vec![5, u128::MAX],
+        more: true,
+    }
+    .encode_body(&mut body);
+    let mut want = vec![2, 0, 0, 0, 1, 5];
+    want.extend([0; 15]);
+    want.extend([0xff; 16]);
+    assert_eq!(body, want);
+
+    body.clear();
+    let corrupt = Verified::Corrupt {
+        records: 3,
+        addr: 0x40,
+        reason: "crc".into(),
+    };
+    Reply::Verified(corrupt.clone()).encode_body(&mut body);
+    assert_eq!(body.len(), body::VERIFIED_FIXED_BYTES + 3);
+    let mut want = vec![2, 3, 0, 0, 0];
+    want.extend([0; 8]);
+    want.extend([0x40, 0, 0, 0, 0, 0, 0, 0, 3, 0]);
+    want.extend(b"crc");
+    assert_eq!(body, want);
+    assert_eq!(
+        Reply::decode_body(MessageType::Verify, &body).unwrap(),
+        Reply::Verified(corrupt)
+    );
+    body.clear();
+    let intact = Verified::Intact {
+        records: 1,
+        value_bytes: 9,
+    };
+    Reply::Verified(intact).encode_body(&mut body);
+    let mut want = vec![1, 1, 0, 0, 0, 9];
+    want.extend([0; 17]);
+    assert_eq!(body, want);
+    // A field the outcome does not use must be 0; outcomes stop at 2.
+    body[13] = 1;
+    assert!(Reply::decode_body(MessageType::Verify, &body).is_err());
+    body[13] = 0;
+    body[0] = 3;
+    assert!(Reply::decode_body(MessageType::Verify, &body).is_err());
 }

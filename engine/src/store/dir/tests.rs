@@ -1,0 +1,199 @@
+//! The directory against a `BTreeMap` model: lookups, iteration, paged
+//! listings of objects, dkeys and akeys.
+
+use super::*;
+
+fn piece(end: u64, rec: u64) -> Piece {
+    Piece {
+        end,
+        rec_addr: rec,
+        rec_len: 100,
+    }
+}
+
+#[test]
+fn newest_extent_wins_and_splits() {
+    let mut m = ExtentMap::new();
+    insert_piece(&mut m, 0, piece(100, 1));
+    insert_piece(&mut m, 40, piece(60, 2));
+    insert_piece(&mut m, 90, piece(120, 3));
+    let v: Vec<_> = m.iter().map(|(s, p)| (*s, p.end, p.rec_addr)).collect();
+    assert_eq!(v, vec![(0, 40, 1), (40, 60, 2), (60, 90, 1), (90, 120, 3)]);
+    let inside = pieces_in(&m, 50, 95);
+    let got: Vec<_> = inside.iter().map(|(s, p)| (*s, p.rec_addr)).collect();
+    assert_eq!(got, vec![(40, 2), (60, 1), (90, 3)]);
+    insert_piece(&mut m, 0, piece(200, 4));
+    assert_eq!(m.len(), 1);
+}
+
+#[test]
+fn listing_is_sorted_and_paged() {
+    let mut d = Directory::default();
+    let e = Entry {
+        version: 1,
+        addr: 0,
+        len: 80,
+        extents: None,
+    };
+    for k in [b"c".as_slice(), b"a", b"b", b"d"] {
+        d.put((1, 2), k, b"x", e.clone());
+    }
+    for obj in [(0, 9), (1, 7), (1, u128::MAX), (2, 0)] {
+        d.put(obj, b"k", b"", e.clone());
+    }
+    assert_eq!(d.list_objects(1, None, 10), vec![2, 7, u128::MAX]);
+    assert_eq!(d.list_objects(1, Some(2), 1), vec![7]);
+    assert!(d.list_objects(1, Some(u128::MAX), 10).is_empty());
+    assert!(d.list_objects(3, None, 10).is_empty());
+    for obj in [(0, 9), (1, 7), (1, u128::MAX), (2, 0)] {
+        d.remove(obj, b"k", b"");
+    }
+    assert_eq!(
+        d.list_dkeys((1, 2), None, 2),
+        vec![b"a".to_vec(), b"b".to_vec()]
+    );
+    assert_eq!(
+        d.list_dkeys((1, 2), Some(b"b"), 10),
+        vec![b"c".to_vec(), b"d".to_vec()]
+    );
+    assert_eq!(d.len(), 4);
+    assert_eq!(d.remove_object((1, 2)).len(), 4);
+    assert_eq!(d.len(), 0);
+}
+
+type Model = BTreeMap<(ObjectId, Vec<u8>, Vec<u8>), Entry>;
+
+fn random_entry(rng: &mut impl rand::Rng) -> Entry {
+    let extents = rng.gen_bool(0.2).then(|| {
+        let mut m = ExtentMap::new();
+        for _ in 0..rng.gen_range(1..4) {
+            let s = rng.gen_range(0..1000u64);
+            insert_piece(
+                &mut m,
+                s,
+                piece(s + rng.gen_range(1..500), rng.gen_range(0..1 << 48)),
+            );
+        }
+        Box::new(m)
+    });
+    Entry {
+        version: rng.gen(),
+        addr: rng.gen_range(0..1u64 << 48),
+        len: rng.gen(),
+        extents,
+    }
+}
+
+fn random_part(rng: &mut impl rand::Rng) -> Vec<u8> {
+    let len = [0, 1, 2, 8, 40][rng.gen_range(0..5)];
+    (0..len)
+        .map(|_| [0u8, 1, b'a', 255][rng.gen_range(0..4)])
+        .collect()
+}
+
+fn check_same(d: &Directory, model: &Model) {
+    assert_eq!(d.len(), model.len());
+    let mut all = Vec::new();
+    d.for_each(|o, dk, ak, e| all.push(((o, dk.to_vec(), ak.to_vec()), e.clone())));
+    let want: Vec<_> = model.iter().map(|(k, e)| (k.clone(), e.clone())).collect();
+    assert_eq!(all, want);
+}
+
+/// Random puts, removes and punches against a `BTreeMap`: lookups,
+/// full iteration and paged listings agree after every step, across
+/// block splits and merges-by-deletion.
+#[test]
+fn packed_directory_matches_model() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut d = Directory::default();
+    let mut model = Model::new();
+    for step in 0..4000 {
+        let obj = (rng.gen_range(0..2u64), rng.gen_range(0..3u128) << 100);
+        let (dk, ak) = (random_part(&mut rng), random_part(&mut rng));
+        match rng.gen_range(0..10) {
+            0..=5 => {
+                let e = random_entry(&mut rng);
+                let old = d.put(obj, &dk, &ak, e.clone());
+                assert_eq!(old, model.insert((obj, dk.clone(), ak), e));
+            }
+            6 | 7 => {
+                let old = d.remove(obj, &dk, &ak);
+                assert_eq!(old, model.remove(&(obj, dk.clone(), ak)));
+            }
+            8 if step % 7 == 0 => {
+                let gone = d.remove_dkey(obj, &dk);
+                let want: Vec<_> = model
+                    .iter()
+                    .filter(|((o, k, _), _)| *o == obj && *k == dk)
+                    .map(|((_, _, a), e)| (a.clone().into_boxed_slice(), e.clone()))
+                    .collect();
+                model.retain(|(o, k, _), _| !(*o == obj && *k == dk));
+                assert_eq!(gone, want);
+            }
+            9 if step % 50 == 0 => {
+                let gone = d.remove_object(obj).len();
+                let before = model.len();
+                model.retain(|(o, _, _), _| *o != obj);
+                assert_eq!(gone, before - model.len());
+            }
+            _ => {
+                let want = model.get(&(obj, dk.clone(), ak.clone())).cloned();
+                assert_eq!(d.get(obj, &dk, &ak), want);
+            }
+        }
+        if step % 200 == 0 {
+            check_same(&d, &model);
+            check_listings(&d, &model, obj, &dk);
+        }
+    }
+    check_same(&d, &model);
+    assert!(d.blocks.len() > 1, "the test never split a block");
+}
+
+fn check_listings(d: &Directory, model: &Model, obj: ObjectId, dk: &[u8]) {
+    let mut objects: Vec<u128> = model
+        .keys()
+        .filter(|((c, _), _, _)| *c == obj.0)
+        .map(|((_, o), _, _)| *o)
+        .collect();
+    objects.dedup();
+    let mut paged = Vec::new();
+    let mut after = None;
+    for _ in 0..=objects.len() {
+        let page = d.list_objects(obj.0, after, 2);
+        assert!(page.len() <= 2);
+        let Some(&last) = page.last() else { break };
+        after = Some(last);
+        paged.extend(page);
+    }
+    assert_eq!(paged, objects);
+    let mut dkeys: Vec<Vec<u8>> = model
+        .keys()
+        .filter(|(o, _, _)| *o == obj)
+        .map(|(_, k, _)| k.clone())
+        .collect();
+    dkeys.dedup();
+    let mut paged = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    for _ in 0..=dkeys.len() {
+        let page = d.list_dkeys(obj, after.as_deref(), 3);
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().cloned();
+        paged.extend(page);
+    }
+    assert_eq!(paged, dkeys);
+    let akeys: Vec<Vec<u8>> = model
+        .keys()
+        .filter(|(o, k, _)| *o == obj && k == dk)
+        .map(|(_, _, a)| a.clone())
+        .collect();
+    let first = d.list_akeys(obj, dk, None, 2);
+    assert_eq!(first, akeys.iter().take(2).cloned().collect::<Vec<_>>());
+    if let Some(a) = akeys.first() {
+        let rest = d.list_akeys(obj, dk, Some(a), usize::MAX);
+        assert_eq!(rest, akeys[1..].to_vec());
+    }
+}
