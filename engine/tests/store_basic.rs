@@ -125,6 +125,59 @@ fn conditional_updates() {
     });
 }
 
+/// The kind check of a write (and the new-key count) is answered from the
+/// buckets and the ring while a key's record is resident, and from the
+/// directory once it was evicted: both give the same answer.
+#[test]
+fn kind_checks_hold_for_resident_and_evicted_keys() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        let single = RecordKey::new(3, 3, b"d", b"single");
+        let array = RecordKey::new(3, 3, b"d", b"array");
+        s.update(&single, b"v").await.unwrap();
+        s.update_extent(&array, 0, b"bytes").await.unwrap();
+        let check = |evicted: bool| {
+            let s = &s;
+            async move {
+                let r = s.update_extent(&single, 0, b"x").await;
+                assert!(
+                    matches!(r, Err(StoreError::WrongKind { .. })),
+                    "{evicted}: {r:?}"
+                );
+                let r = s.update(&array, b"x").await;
+                assert!(
+                    matches!(r, Err(StoreError::WrongKind { .. })),
+                    "{evicted}: {r:?}"
+                );
+            }
+        };
+        check(false).await;
+        let filler = vec![1u8; 3000];
+        for i in 0..800u32 {
+            let a = i.to_le_bytes();
+            s.update(&RecordKey::new(4, 4, b"d", &a), &filler)
+                .await
+                .unwrap();
+        }
+        assert!(
+            s.stats().head > 2 * s.stats().ring_bytes,
+            "nothing was evicted"
+        );
+        check(true).await;
+        let keys = s.stats().keys;
+        // Rewriting evicted keys adds no key; a fresh key adds one.
+        s.update(&single, b"w").await.unwrap();
+        s.update_extent(&array, 2, b"yy").await.unwrap();
+        assert_eq!(s.stats().keys, keys);
+        s.update(&RecordKey::new(3, 3, b"d", b"fresh"), b"v")
+            .await
+            .unwrap();
+        assert_eq!(s.stats().keys, keys + 1);
+        let (_, got) = s.fetch_extent(&array, 0, 5).await.unwrap().unwrap();
+        assert_eq!(got, b"byyys");
+    });
+}
+
 #[test]
 fn evicted_records_are_read_from_the_device_and_survive_reopen() {
     let bdev = dev();

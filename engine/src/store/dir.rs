@@ -36,13 +36,6 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn kind_name(&self) -> &'static str {
-        if self.extents.is_some() {
-            "byte array"
-        } else {
-            "single value"
-        }
-    }
     /// Does this key still use the record at `addr`?
     pub fn references(&self, addr: u64) -> bool {
         match &self.extents {

@@ -13,6 +13,7 @@
 //! `log_bytes` minus a reserve, so that recovery may zero `max_commit_bytes`
 //! past a cut without touching live records.
 
+use super::ops::Held;
 use super::{Durability, Store, StoreError};
 use crate::store::error::Result;
 use ferrite_bdev::IoBuf;
@@ -211,6 +212,11 @@ impl Store {
     /// await since). Returns (address, length, version).
     pub(crate) fn append_now(&self, spec: &AppendSpec<'_>) -> Result<(u64, u32, u64)> {
         let len = record_len(spec.key, spec.value.len());
+        let punch =
+            spec.flags.has(RecordFlags::PUNCH_DKEY) || spec.flags.has(RecordFlags::PUNCH_OBJECT);
+        let new_key = !punch
+            && !spec.flags.has(RecordFlags::TOMBSTONE)
+            && self.held(spec.key) == Held::Absent;
         let mut log = self.log.borrow_mut();
         let ring = self.geo.ring_bytes;
         if log.head % ring + len as u64 > ring {
@@ -239,20 +245,7 @@ impl Store {
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
         debug_assert_eq!(len % RECORD_ALIGN, 0);
         log.head += len as u64;
-        let punch =
-            spec.flags.has(RecordFlags::PUNCH_DKEY) || spec.flags.has(RecordFlags::PUNCH_OBJECT);
         let hash = spec.key.hash().0;
-        let new_key = !punch
-            && !spec.flags.has(RecordFlags::TOMBSTONE)
-            && self
-                .dir
-                .borrow()
-                .get(
-                    (spec.key.container, spec.key.object),
-                    spec.key.dkey,
-                    spec.key.akey,
-                )
-                .is_none();
         if punch {
             log.pending_punches += 1;
         } else {

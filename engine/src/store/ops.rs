@@ -20,6 +20,24 @@ const PREFETCH_LINES: u64 = 4;
 /// Re-reads of a record the cleaner moved while it was being read.
 pub(super) const MOVED_RETRIES: u32 = 8;
 
+/// What a key holds in the published state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    Absent,
+    Single,
+    Array,
+}
+
+impl Held {
+    fn name(self) -> &'static str {
+        match self {
+            Held::Absent => "nothing",
+            Held::Single => "single value",
+            Held::Array => "byte array",
+        }
+    }
+}
+
 /// Where `fetch` found a key.
 enum Found {
     Absent,
@@ -58,21 +76,49 @@ impl Store {
         Ok(())
     }
 
+    /// What the key holds in the published state. Answered from its bucket
+    /// chain and the ring when the key's record is resident (no fingerprint
+    /// match means absent), from the directory otherwise: the buckets and
+    /// the directory are published together, so both give the same answer.
+    pub(crate) fn held(&self, key: &RecordKey<'_>) -> Held {
+        let hash = key.hash();
+        let mut unsure = false;
+        let hit = self
+            .table
+            .borrow()
+            .find(hash.0, hash.fingerprint(), |_, slot| {
+                if !self.resident(slot.addr) {
+                    unsure = true;
+                    return None;
+                }
+                let h = Head::peek(self.ring_slice(slot.addr, slot.length as usize))?;
+                (h.key == *key).then_some(if h.flags.has(RecordFlags::EXTENT) {
+                    Held::Array
+                } else {
+                    Held::Single
+                })
+            });
+        match hit {
+            Some(held) => held,
+            None if !unsure => Held::Absent,
+            None => match self
+                .dir
+                .borrow()
+                .get((key.container, key.object), key.dkey, key.akey)
+            {
+                None => Held::Absent,
+                Some(e) if e.extents.is_some() => Held::Array,
+                Some(_) => Held::Single,
+            },
+        }
+    }
+
     /// Errs if the key holds the other kind of value, or if it is a new key
     /// and the overflow pool could run out before its slot is published
     /// (existing keys reuse their slot).
     fn check_write(&self, key: &RecordKey<'_>, array: bool) -> Result<()> {
-        let current = self
-            .dir
-            .borrow()
-            .get((key.container, key.object), key.dkey, key.akey);
-        match current {
-            Some(e) if e.extents.is_some() != array => Err(StoreError::WrongKind {
-                holds: e.kind_name(),
-                wanted: if array { "byte array" } else { "single value" },
-            }),
-            Some(_) => Ok(()),
-            None => {
+        match self.held(key) {
+            Held::Absent => {
                 let free = self.table.borrow().free_overflow();
                 if self.log.borrow().pending_new_keys + 1 >= free {
                     return Err(StoreError::IndexFull {
@@ -81,6 +127,11 @@ impl Store {
                 }
                 Ok(())
             }
+            held if (held == Held::Array) != array => Err(StoreError::WrongKind {
+                holds: held.name(),
+                wanted: if array { "byte array" } else { "single value" },
+            }),
+            _ => Ok(()),
         }
     }
 
