@@ -45,6 +45,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    ferrite_xstream::tune_allocator();
     let cli = Cli::parse();
     cli::init_tracing();
     let result = match cli.command {

@@ -89,6 +89,7 @@
 //! assert_eq!((done[0].id, *done[0].result.as_ref().unwrap()), (id, 42));
 //! ```
 
+mod alloc;
 mod checks;
 mod config;
 mod context;
@@ -100,6 +101,7 @@ mod mesh;
 mod rng;
 mod set;
 
+pub use alloc::tune_allocator;
 pub use checks::{
     allowed_cores, check_io_uring, fit_io_memory, io_memory_for_limit, resolve_cores,
     MIN_IO_MEMORY_BYTES, RING_OVERHEAD_BYTES,

@@ -140,6 +140,7 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
 }
 
 fn main() -> ExitCode {
+    ferrite_xstream::tune_allocator();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
