@@ -12,8 +12,13 @@
 //! Latency is sampled on every 8th one-sided GET (timing is as dear as the
 //! GET) and taken for every other operation.
 //!
+//! `--bucket-cache 0` makes every one-sided GET read its bucket and then its
+//! record (cold-bucket GETs); `--warm` GETs every key once before measuring,
+//! so that with few keys the measured GETs find their buckets cached.
+//!
 //! JSON (`--json`, one object): `ops_per_sec`, `latency_us.{p50,p99,p999,max}`,
-//! `one_sided_hit_rate`, `errors`, and the run's parameters.
+//! `one_sided_hit_rate`, `bucket_cache_hits_per_get`, `errors`, and the run's
+//! parameters.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -72,6 +77,16 @@ pub struct BenchKvArgs {
     /// Skip loading the keys (they are already there).
     #[arg(long)]
     pub no_load: bool,
+    /// Buckets in the client's bucket cache for remote one-sided reads
+    /// (tcp, verbs; default 65536). 0: every one-sided GET reads its bucket
+    /// before its record (a cold-bucket GET: two dependent reads).
+    #[arg(long)]
+    pub bucket_cache: Option<usize>,
+    /// Before measuring, GET every key once, so the bucket cache holds the
+    /// buckets of all of them (with --keys well under --bucket-cache, the
+    /// measured one-sided GETs then read one record each).
+    #[arg(long)]
+    pub warm: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -148,6 +163,9 @@ pub struct KvReport {
     pub client_cpu_seconds: f64,
     pub latency_us: Latency,
     pub one_sided_hit_rate: f64,
+    /// Buckets taken from the client's bucket cache per one-sided GET
+    /// (about 1 when every bucket was cached, 0 with `--bucket-cache 0`).
+    pub bucket_cache_hits_per_get: f64,
     pub one_sided_provider: Option<&'static str>,
     pub retries: u64,
     pub fallbacks: u64,
@@ -190,10 +208,12 @@ pub fn run(args: BenchKvArgs) -> anyhow::Result<()> {
 }
 
 fn connect(args: &BenchKvArgs) -> anyhow::Result<(Client, String)> {
+    let defaults = ClientOptions::default();
     let opts = ClientOptions {
         connections: args.connections.max(1),
         one_sided: !args.no_one_sided,
-        ..ClientOptions::default()
+        bucket_cache: args.bucket_cache.unwrap_or(defaults.bucket_cache),
+        ..defaults
     };
     match &args.engine {
         Some(url) => {
@@ -291,6 +311,18 @@ pub fn load(client: &Client, keys: u64, value_size: usize, threads: usize) -> an
     })
 }
 
+/// GETs keys `0..keys` once each (filling the bucket cache).
+fn warm(client: &Client, keys: u64) -> anyhow::Result<()> {
+    let (mut name, mut out) = (Vec::with_capacity(16), Vec::new());
+    for k in 0..keys {
+        write_key_name(&mut name, k);
+        client
+            .get_into(&RecordKey::new(0, 0, &name, b""), &mut out)
+            .with_context(|| format!("warming: GET of key {k}"))?;
+    }
+    Ok(())
+}
+
 /// Connects, loads and measures.
 pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
     let op = match args.op.as_str() {
@@ -302,6 +334,9 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
     let (client, engine) = connect(args)?;
     if op != Op::Put && !args.no_load {
         load(&client, args.keys, args.value_size, args.clients.max(2))?;
+    }
+    if op != Op::Put && args.warm {
+        warm(&client, args.keys)?;
     }
     let before = client.counters();
     let stop = Arc::new(AtomicBool::new(false));
@@ -347,6 +382,10 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
             max: hist.max() as f64 / 1000.0,
         },
         one_sided_hit_rate: counters.one_sided_hit_rate(),
+        bucket_cache_hits_per_get: match counters.one_sided_hits + counters.fallbacks {
+            0 => 0.0,
+            n => counters.cache_hits as f64 / n as f64,
+        },
         one_sided_provider: client.one_sided_provider(),
         retries: counters.retries,
         fallbacks: counters.fallbacks,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use ferrite_client::client::onesided::{OneSidedReader, RetryPolicy};
 use ferrite_client::client::{Client, Key};
-use ferrite_client::fabric::verbs::VerbsEndpoint;
+use ferrite_client::fabric::verbs::{ReadCounts, VerbsEndpoint};
 use ferrite_client::fabric::Endpoint;
 use ferrite_engine::fabric::verbs::DeviceSelector;
 use ferrite_proto::key::RecordKey;
@@ -75,14 +75,21 @@ fn endpoint() -> VerbsEndpoint {
 
 /// A client whose one-sided GETs are RDMA READs (RPC over tcp).
 fn verbs_client(engine: &EngineProc) -> Client {
+    verbs_client_counted(engine, 4096).0
+}
+
+/// A verbs client with a bucket cache of `cache_buckets` (0: none), and
+/// its endpoint's read and doorbell counts.
+fn verbs_client_counted(engine: &EngineProc, cache_buckets: usize) -> (Client, Arc<ReadCounts>) {
     let mut c = Client::connect(&engine.tcp).expect("connect");
     let ep = endpoint();
+    let counts = ep.read_counts();
     let targets = ep.targets().expect("verbs targets");
-    let reader =
-        OneSidedReader::new(Box::new(ep), targets, 4096, RetryPolicy::default()).expect("reader");
+    let reader = OneSidedReader::new(Box::new(ep), targets, cache_buckets, RetryPolicy::default())
+        .expect("reader");
     c.set_one_sided_reader(Some(reader));
     assert_eq!(c.one_sided_provider(), Some("verbs"));
-    c
+    (c, counts)
 }
 
 fn key(k: u64) -> Key {
@@ -110,33 +117,71 @@ fn verbs_gets_return_latest_values_while_writers_run() {
     );
 }
 
-#[test]
-#[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
-fn verbs_get_latency() {
-    let dir = tempfile::tempdir().unwrap();
-    let engine = start_engine(dir.path());
-    let c = verbs_client(&engine);
-    c.put(&key(1), &value(1, 0)).unwrap();
-    let mut times = Vec::with_capacity(2000);
-    for _ in 0..2000 {
-        let t0 = Instant::now();
-        assert_eq!(c.get(&key(1)).unwrap(), Some(value(1, 0)));
-        times.push(t0.elapsed().as_secs_f64() * 1e6);
-    }
-    let hits = c.counters().one_sided_hits;
-    assert!(hits >= 2000, "GETs were not one-sided: {hits} hits");
-    times.sort_by(f64::total_cmp);
-    let avg = times.iter().sum::<f64>() / times.len() as f64;
-    // Read by ferrite-verbs.sh to compare with ib_read_lat.
-    println!("FERRITE_VERBS_GET_P50_US={:.2}", times[times.len() / 2]);
-    println!("FERRITE_VERBS_GET_AVG_US={avg:.2}");
-    // Eight GETs with warm buckets: one after another (eight reads, eight
-    // doorbells), then as one batch (one doorbell for the eight records).
-    let names: Vec<Key> = (0..8).map(key).collect();
-    for (k, name) in names.iter().enumerate() {
-        c.put(name, &value(k as u64, 1)).unwrap();
+/// RDMA READs and doorbells `f` costs on `counts`.
+fn cost(counts: &ReadCounts, f: impl FnOnce()) -> (u64, u64) {
+    let (reads, doorbells) = (counts.reads(), counts.doorbells());
+    f();
+    (counts.reads() - reads, counts.doorbells() - doorbells)
+}
+
+/// Checks that 50 GETs of `names[1]` cost `single` (reads, doorbells) each
+/// and one batched GET of all `names` costs `batch`, with the values the
+/// writer left (`value(k, 0)`) and no retry or fallback.
+fn assert_costs(
+    c: &Client,
+    counts: &ReadCounts,
+    names: &[Key],
+    single: (u64, u64),
+    batch: (u64, u64),
+) {
+    for round in 0..50 {
+        let spent = cost(counts, || {
+            assert_eq!(c.get(&names[1]).unwrap(), Some(value(1, 0)), "{round}");
+        });
+        assert_eq!(spent, single, "one GET: (reads, doorbells), round {round}");
     }
     let keys: Vec<RecordKey<'_>> = names.iter().map(Key::as_record_key).collect();
+    let mut outs = vec![Vec::new(); keys.len()];
+    let spent = cost(counts, || {
+        let got = c.get_many_into(&keys, &mut outs).unwrap();
+        for (k, (g, out)) in got.into_iter().zip(&outs).enumerate() {
+            assert!(g.unwrap().is_some(), "key {k}");
+            assert_eq!(*out, value(k as u64, 0), "key {k}");
+        }
+    });
+    assert_eq!(spent, batch, "{} GETs as one batch", names.len());
+    let n = c.counters();
+    assert_eq!((n.fallbacks, n.retries), (0, 0), "no writer runs: {n:?}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
+fn verbs_get_costs_one_read_cached_and_two_cold() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start_engine(dir.path());
+    let names: Vec<Key> = (0..8).map(key).collect();
+    let writer = Client::connect(&engine.tcp).unwrap();
+    for (k, name) in names.iter().enumerate() {
+        writer.put(name, &value(k as u64, 0)).unwrap();
+    }
+    // No bucket cache: a GET reads its bucket, then (dependent) its record;
+    // a batch posts all buckets with one doorbell, then all records.
+    let (cold, counts) = verbs_client_counted(&engine, 0);
+    assert_costs(&cold, &counts, &names, (2, 2), (16, 2));
+    // Cached buckets: one read per GET, one doorbell per batch.
+    let (warm, counts) = verbs_client_counted(&engine, 4096);
+    for name in &names {
+        warm.get(name).unwrap();
+    }
+    assert_costs(&warm, &counts, &names, (1, 1), (8, 1));
+    let keys: Vec<RecordKey<'_>> = names.iter().map(Key::as_record_key).collect();
+    batch_latency(&warm, &names, &keys);
+}
+
+/// Eight GETs with warm buckets one after another (eight reads, eight
+/// doorbells), then as one batch (one doorbell): p50 of each, printed for
+/// ferrite-verbs.sh.
+fn batch_latency(c: &Client, names: &[Key], keys: &[RecordKey<'_>]) {
     let mut outs = vec![Vec::new(); keys.len()];
     let (mut single, mut batched) = (Vec::with_capacity(300), Vec::with_capacity(300));
     for round in 0..300 {
@@ -144,17 +189,17 @@ fn verbs_get_latency() {
         for (k, name) in names.iter().enumerate() {
             assert_eq!(
                 c.get(name).unwrap(),
-                Some(value(k as u64, 1)),
+                Some(value(k as u64, 0)),
                 "round {round}"
             );
         }
         single.push(t0.elapsed().as_secs_f64() * 1e6);
         let t0 = Instant::now();
-        let got = c.get_many_into(&keys, &mut outs).unwrap();
+        let got = c.get_many_into(keys, &mut outs).unwrap();
         batched.push(t0.elapsed().as_secs_f64() * 1e6);
         for (k, (g, out)) in got.into_iter().zip(&outs).enumerate() {
             assert!(g.unwrap().is_some(), "key {k}, round {round}");
-            assert_eq!(*out, value(k as u64, 1), "key {k}, round {round}");
+            assert_eq!(*out, value(k as u64, 0), "key {k}, round {round}");
         }
     }
     single.sort_by(f64::total_cmp);
@@ -179,6 +224,9 @@ fn verbs_read_after_engine_killed_fails_clearly() {
     let mut buf = vec![0u8; 64];
     ep.read(&t.buckets, 0, 64, &mut buf)
         .expect("read while the engine runs");
+    let client = verbs_client(&engine);
+    client.put(&key(1), &value(1, 0)).unwrap();
+    assert_eq!(client.get(&key(1)).unwrap(), Some(value(1, 0)));
     engine.kill();
     let err = ep
         .read(&t.buckets, 0, 64, &mut buf)
@@ -186,6 +234,21 @@ fn verbs_read_after_engine_killed_fails_clearly() {
     let m = err.to_string();
     assert!(m.contains("RDMA READ"), "unclear error: {m}");
     eprintln!("verbs: after the engine was killed: {m}");
+    // The broken queue pair refuses further reads at once, clearly.
+    let again = ep
+        .read(&t.buckets, 0, 64, &mut buf)
+        .expect_err("read on a broken queue pair")
+        .to_string();
+    assert!(again.contains("RDMA READ"), "unclear error: {again}");
+    // A client's GET fails too: through its broken queue pair, or its lost
+    // RPC connection, whichever it notices first; never a stale value.
+    let err = client.get(&key(1)).expect_err("GET from a dead engine");
+    let m = err.to_string();
+    assert!(
+        m.contains("RDMA READ") || m.contains("lost during get"),
+        "unclear error: {m}"
+    );
+    eprintln!("verbs: a client's GET after the engine was killed: {m}");
 }
 
 #[test]
@@ -227,6 +290,18 @@ fn verbs_batched_reads_match_single_reads() {
         single[2].iter().any(|b| *b != 0),
         "the log holds the records written"
     );
+    // Bare 64-byte reads through the endpoint (what a GET's record read
+    // costs without the GET's own work), printed for ferrite-verbs.sh.
+    let mut b = [0u8; 64];
+    let mut times: Vec<f64> = (0..2000)
+        .map(|_| {
+            let t0 = Instant::now();
+            ep.read(&t.log, 0, 64, &mut b).unwrap();
+            t0.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    println!("FERRITE_VERBS_READ_64_P50_US={:.2}", times[times.len() / 2]);
 }
 
 #[test]

@@ -4,8 +4,12 @@
 # exchange. Server on rxe1 (SOFTROCE_ADDR1), client on rxe0. Prints each tool's report, one
 # summary line per run ("softroce-perftest: ib_read_lat ..."), and writes the figures to
 # /run/softroce-perftest.env for later payload steps (SOFTROCE_READ_LAT_TYPICAL_US,
-# SOFTROCE_READ_LAT_AVG_US, SOFTROCE_READ_BW_AVG_MBPS). Exits non-zero if either fails
-# or gives no usable figure in 5 attempts.
+# SOFTROCE_READ_LAT_AVG_US, SOFTROCE_READ_LAT_P99_US, SOFTROCE_READ_BW_AVG_MBPS). Exits
+# non-zero if either fails or gives no usable figure in 5 attempts.
+#
+# `perftest.sh lat PORT`: ib_read_lat alone (first attempt on PORT), its summary line only
+# ("softroce-perftest: ib_read_lat ... t_typical_us=.. t_p99_us=.. PASS"), for payloads
+# that measure it again between their own runs.
 #
 # Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 300),
 # PERFTEST_CM_ITERS (default 200), PERFTEST_TIMEOUT seconds per tool (default 120).
@@ -91,15 +95,32 @@ measure() {
     return 1
 }
 
+# read_lat NAME PORT: ib_read_lat; prints its summary line; the row's columns are
+# bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9.
+read_lat() {
+    if ! measure "$1" ib_read_lat "$2" 5 -n "$LAT_ITERS"; then
+        echo "softroce-perftest: ib_read_lat FAIL"
+        return 1
+    fi
+    # shellcheck disable=SC2046 # split the row into its columns
+    set -- $(cat "$OUT/$1.row")
+    echo "softroce-perftest: ib_read_lat bytes=$1 iters=$2 t_min_us=$3 t_typical_us=$5 t_avg_us=$6 t_p99_us=$8 PASS"
+}
+
+if [ "${1:-}" = lat ]; then
+    [ -n "${2:-}" ] || { echo "perftest.sh lat: needs a port"; exit 2; }
+    read_lat "ib_read_lat-$2" "$2" >"$OUT/lat-$2.log" 2>&1
+    rc=$?
+    grep '^softroce-perftest: ' "$OUT/lat-$2.log"
+    exit "$rc"
+fi
+
 fail=0
-# ib_read_lat columns: bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
-if measure ib_read_lat ib_read_lat 18515 5 -n "$LAT_ITERS"; then
+if read_lat ib_read_lat 18515; then
     # shellcheck disable=SC2046 # split the row into its columns
     set -- $(cat "$OUT/ib_read_lat.row")
-    echo "softroce-perftest: ib_read_lat bytes=$1 iters=$2 t_min_us=$3 t_typical_us=$5 t_avg_us=$6 PASS"
-    echo "export SOFTROCE_READ_LAT_TYPICAL_US=$5 SOFTROCE_READ_LAT_AVG_US=$6" >>/run/softroce-perftest.env
+    echo "export SOFTROCE_READ_LAT_TYPICAL_US=$5 SOFTROCE_READ_LAT_AVG_US=$6 SOFTROCE_READ_LAT_P99_US=$8" >>/run/softroce-perftest.env
 else
-    echo "softroce-perftest: ib_read_lat FAIL"
     fail=1
 fi
 

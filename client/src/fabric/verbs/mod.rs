@@ -30,6 +30,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::Duration;
@@ -68,6 +69,27 @@ struct Conn {
 
 type ConnRef = Arc<Mutex<Conn>>;
 
+/// RDMA READs and doorbells (work-request lists posted) of one endpoint,
+/// over all its queue pairs: what one-sided GETs cost in round trips (a
+/// doorbell's reads travel together; dependent reads need one each).
+#[derive(Debug, Default)]
+pub struct ReadCounts {
+    reads: AtomicU64,
+    doorbells: AtomicU64,
+}
+
+impl ReadCounts {
+    /// RDMA READs posted.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    /// Lists of reads posted (one doorbell each).
+    pub fn doorbells(&self) -> u64 {
+        self.doorbells.load(Ordering::Relaxed)
+    }
+}
+
 /// RDMA READs of one engine's regions.
 pub struct VerbsEndpoint {
     device: Arc<Device>,
@@ -76,6 +98,7 @@ pub struct VerbsEndpoint {
     /// Queue pairs by (thread, target). Each is only ever locked by its own
     /// thread; the mutex makes the endpoint `Sync`, it is never contended.
     conns: Mutex<HashMap<(ThreadId, u16), ConnRef>>,
+    counts: Arc<ReadCounts>,
     url: String,
 }
 
@@ -156,6 +179,7 @@ impl VerbsEndpoint {
             side_addr: side_addr.to_string(),
             regions,
             conns: Mutex::new(conns),
+            counts: Arc::default(),
             url,
         })
     }
@@ -168,6 +192,12 @@ impl VerbsEndpoint {
     /// The regions by target, for a `OneSidedReader`.
     pub fn targets(&self) -> Result<Vec<TargetRegions>> {
         pair_targets(&self.regions).map_err(|e| fabric_err(&self.url, e))
+    }
+
+    /// This endpoint's read and doorbell counts (shared: still readable
+    /// after the endpoint is boxed into a `OneSidedReader`).
+    pub fn read_counts(&self) -> Arc<ReadCounts> {
+        self.counts.clone()
     }
 
     /// Queue pairs connected so far (one per thread and target read).
@@ -281,6 +311,8 @@ impl VerbsEndpoint {
             let region_id = reads[chunk[0]].region.region_id;
             g.qp.post_reads(&wrs)
                 .map_err(|e| self.read_failed(region_id, e))?;
+            self.counts.doorbells.fetch_add(1, Ordering::Relaxed);
+            (self.counts.reads).fetch_add(wrs.len() as u64, Ordering::Relaxed);
         }
         for (g, chunk) in guards.iter_mut().zip(&chunks) {
             let Some(&first) = chunk.first() else {

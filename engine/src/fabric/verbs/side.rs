@@ -188,3 +188,80 @@ pub fn exchange(
     }
     Ok((remote, descriptors))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_proto::region::{Provider, RegionKind};
+    use std::net::TcpListener;
+
+    fn info(qpn: u32) -> QpInfo {
+        QpInfo {
+            qpn,
+            psn: 0x123,
+            gid: [9; 16],
+            lid: 0,
+            mtu: 3,
+        }
+    }
+
+    /// Runs the client half against an engine half that answers `reply`
+    /// (bytes) to the 32-byte queue pair info it reads, then closes.
+    fn exchange_against(reply: Vec<u8>) -> Result<(QpInfo, Vec<RegionDescriptor>), ServerError> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let engine = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut b = [0u8; QP_INFO_BYTES];
+            s.read_exact(&mut b).unwrap();
+            s.write_all(&reply).unwrap();
+            QpInfo::decode(&b).unwrap()
+        });
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let got = exchange(&mut stream, &info(7));
+        assert_eq!(engine.join().unwrap(), info(7), "the engine read our info");
+        got
+    }
+
+    #[test]
+    fn exchange_decodes_the_engine_reply_and_refuses_bad_ones() {
+        let regions: Vec<RegionDescriptor> = [RegionKind::Buckets, RegionKind::Log]
+            .into_iter()
+            .enumerate()
+            .map(|(i, kind)| RegionDescriptor {
+                provider: Provider::Verbs,
+                kind,
+                target: 0,
+                region_id: i as u32,
+                length: 1 << 20,
+                param: 4096,
+                access_key: 0xabc,
+                remote_addr: 0x7f00_0000_0000 + ((i as u64) << 20),
+            })
+            .collect();
+        let mut reply = info(42).encode().to_vec();
+        reply.extend_from_slice(&2u32.to_le_bytes());
+        for d in &regions {
+            reply.extend_from_slice(&d.encode());
+        }
+        let (remote, got) = exchange_against(reply.clone()).unwrap();
+        assert_eq!((remote, got), (info(42), regions));
+
+        let mut too_many = info(42).encode().to_vec();
+        too_many.extend_from_slice(&(MAX_DESCRIPTORS + 1).to_le_bytes());
+        let e = exchange_against(too_many).unwrap_err().to_string();
+        assert!(e.contains("too many"), "{e}");
+
+        let cut = reply[..reply.len() - 5].to_vec();
+        let e = exchange_against(cut).unwrap_err().to_string();
+        assert!(e.contains("verbs side channel read"), "{e}");
+
+        let mut bad_magic = reply;
+        bad_magic[0] = b'X';
+        let e = exchange_against(bad_magic).unwrap_err().to_string();
+        assert!(e.contains("bad magic"), "{e}");
+    }
+}
