@@ -331,6 +331,29 @@ impl VerbsEndpoint {
         Ok(())
     }
 
+    /// One read of at most [`BUFFER_BYTES`] (checked by the caller): one
+    /// work request on this thread's queue pair, posted and polled without
+    /// the lists a batch builds (a GET's dependent reads come this way).
+    fn read_one(&self, region: &RegionDescriptor, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let conn = self.conn(region.target)?;
+        let mut g = lock(&conn);
+        let wr = ReadWr {
+            local_addr: g.buf.as_mut_ptr() as u64,
+            lkey: g.mr.lkey(),
+            len: buf.len() as u32,
+            remote_addr: region.remote_addr + offset,
+            rkey: region.access_key as u32,
+        };
+        g.qp.post_reads(std::slice::from_ref(&wr))
+            .map_err(|e| self.read_failed(region.region_id, e))?;
+        self.counts.doorbells.fetch_add(1, Ordering::Relaxed);
+        self.counts.reads.fetch_add(1, Ordering::Relaxed);
+        g.qp.poll(POLL_TIMEOUT)
+            .map_err(|e| self.read_failed(region.region_id, e))?;
+        buf.copy_from_slice(&g.buf[..buf.len()]);
+        Ok(())
+    }
+
     fn read_failed(&self, region_id: u32, e: impl std::fmt::Display) -> Error {
         Error::Region {
             region_id,
@@ -348,16 +371,8 @@ impl Endpoint for VerbsEndpoint {
         buf: &mut [u8],
     ) -> Result<()> {
         check_bounds(region, offset, len, buf.len())?;
-        let mut done = 0usize;
-        while done < len {
-            let n = (len - done).min(BUFFER_BYTES);
-            let mut one = [BatchRead {
-                region,
-                offset: offset + done as u64,
-                buf: &mut buf[done..done + n],
-            }];
-            self.read_batch(&mut one)?;
-            done += n;
+        for (i, chunk) in buf[..len].chunks_mut(BUFFER_BYTES).enumerate() {
+            self.read_one(region, offset + (i * BUFFER_BYTES) as u64, chunk)?;
         }
         Ok(())
     }
