@@ -290,18 +290,41 @@ fn verbs_batched_reads_match_single_reads() {
         single[2].iter().any(|b| *b != 0),
         "the log holds the records written"
     );
-    // Bare 64-byte reads through the endpoint (what a GET's record read
-    // costs without the GET's own work), printed for ferrite-verbs.sh.
-    let mut b = [0u8; 64];
+    // What a GET costs beside the reads it makes, back to back in one
+    // process: bare reads through the endpoint (64 bytes; 192, about a
+    // record of the bench's), then GETs with a cached and with no bucket
+    // cache. p50s printed for ferrite-verbs.sh.
+    let mut b = [0u8; 192];
+    let bare64 = p50_us(|| ep.read(&t.log, 0, 64, &mut b).unwrap());
+    let bare192 = p50_us(|| ep.read(&t.log, 0, 192, &mut b).unwrap());
+    let (warm, _) = verbs_client_counted(&engine, 4096);
+    let (cold, _) = verbs_client_counted(&engine, 0);
+    let mut out = Vec::with_capacity(256);
+    let k = key(1);
+    let k = k.as_record_key();
+    let mut get = |c: &Client| {
+        let found = c.get_into(&k, &mut out).unwrap();
+        assert!(found.is_some() && out == value(1, 0));
+    };
+    let cached = p50_us(|| get(&warm));
+    let uncached = p50_us(|| get(&cold));
+    println!(
+        "FERRITE_VERBS_PARTS_P50_US=read64 {bare64:.2} read192 {bare192:.2} \
+         get-cached {cached:.2} get-cold {uncached:.2}"
+    );
+}
+
+/// p50 of 2000 runs of `f`, in microseconds.
+fn p50_us(mut f: impl FnMut()) -> f64 {
     let mut times: Vec<f64> = (0..2000)
         .map(|_| {
             let t0 = Instant::now();
-            ep.read(&t.log, 0, 64, &mut b).unwrap();
+            f();
             t0.elapsed().as_secs_f64() * 1e6
         })
         .collect();
     times.sort_by(f64::total_cmp);
-    println!("FERRITE_VERBS_READ_64_P50_US={:.2}", times[times.len() / 2]);
+    times[times.len() / 2]
 }
 
 #[test]

@@ -7,9 +7,10 @@
 # SOFTROCE_READ_LAT_AVG_US, SOFTROCE_READ_LAT_P99_US, SOFTROCE_READ_BW_AVG_MBPS). Exits
 # non-zero if either fails or gives no usable figure in 5 attempts.
 #
-# `perftest.sh lat PORT`: ib_read_lat alone (first attempt on PORT), its summary line only
-# ("softroce-perftest: ib_read_lat ... t_typical_us=.. t_p99_us=.. PASS"), for payloads
-# that measure it again between their own runs.
+# `perftest.sh lat PORT [BYTES]`: ib_read_lat alone (first attempt on PORT; reads of BYTES,
+# default perftest's 2), its summary line only ("softroce-perftest: ib_read_lat bytes=..
+# ... t_typical_us=.. t_p99_us=.. PASS"), for payloads that measure it again between
+# their own runs.
 #
 # Knobs (environment): PERFTEST_LAT_ITERS (default 1000), PERFTEST_BW_ITERS (default 300),
 # PERFTEST_CM_ITERS (default 200), PERFTEST_TIMEOUT seconds per tool (default 120).
@@ -95,21 +96,23 @@ measure() {
     return 1
 }
 
-# read_lat NAME PORT: ib_read_lat; prints its summary line; the row's columns are
-# bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9.
+# read_lat NAME PORT [ARGS...]: ib_read_lat; prints its summary line; the row's columns
+# are bytes iterations t_min t_max t_typical t_avg t_stdev p99 p99.9.
 read_lat() {
-    if ! measure "$1" ib_read_lat "$2" 5 -n "$LAT_ITERS"; then
+    lat_name=$1 lat_port=$2
+    shift 2
+    if ! measure "$lat_name" ib_read_lat "$lat_port" 5 -n "$LAT_ITERS" "$@"; then
         echo "softroce-perftest: ib_read_lat FAIL"
         return 1
     fi
     # shellcheck disable=SC2046 # split the row into its columns
-    set -- $(cat "$OUT/$1.row")
+    set -- $(cat "$OUT/$lat_name.row")
     echo "softroce-perftest: ib_read_lat bytes=$1 iters=$2 t_min_us=$3 t_typical_us=$5 t_avg_us=$6 t_p99_us=$8 PASS"
 }
 
 if [ "${1:-}" = lat ]; then
     [ -n "${2:-}" ] || { echo "perftest.sh lat: needs a port"; exit 2; }
-    read_lat "ib_read_lat-$2" "$2" >"$OUT/lat-$2.log" 2>&1
+    read_lat "ib_read_lat-$2" "$2" ${3:+-s "$3"} >"$OUT/lat-$2.log" 2>&1
     rc=$?
     grep '^softroce-perftest: ' "$OUT/lat-$2.log"
     exit "$rc"
