@@ -135,6 +135,12 @@ impl UringChannel {
         self.state.borrow().sleeps
     }
 
+    /// The descriptors of the poller's eventfd, if it has one (tests).
+    #[cfg(test)]
+    pub(super) fn wakeup_fds(&self) -> Option<[RawFd; 2]> {
+        self.state.borrow().wakeup_fds()
+    }
+
     fn check(&self, op: &'static str, offset: u64, len: u64) -> Result<()> {
         check_range(
             &self.name,
@@ -395,18 +401,17 @@ impl Future for UringOp<'_> {
         let Stage::InFlight { op, offset, slot } = this.stage else {
             return Poll::Pending;
         };
-        if let Err(e) = state.flush() {
-            state.broken = Some(e.to_string());
-            return Poll::Ready(Err(channel.io_error(op, offset, e)));
-        }
-        let reaped = state.reap();
         if state.result_ready(slot) {
             return this.complete(&mut state, op, offset, slot);
         }
-        if state.idle(slot, reaped, cx.waker()) && state.result_ready(slot) {
-            return this.complete(&mut state, op, offset, slot);
+        match state.poll(slot, cx.waker()) {
+            Err(e) => {
+                state.broken = Some(e.to_string());
+                Poll::Ready(Err(channel.io_error(op, offset, e)))
+            }
+            Ok(true) if state.result_ready(slot) => this.complete(&mut state, op, offset, slot),
+            Ok(_) => Poll::Pending,
         }
-        Poll::Pending
     }
 }
 

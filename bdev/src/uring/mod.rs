@@ -64,10 +64,11 @@ pub struct UringOptions {
     pub fixed: bool,
     /// Bytes per pool buffer; larger `alloc`s come from the heap.
     pub buf_size: usize,
-    /// Zero: the poller only spins. Otherwise it sleeps once polling found
-    /// nothing for a while: on an xstream until the kernel signals
-    /// completions, elsewhere in the kernel for at most this long (see
-    /// `ring.rs`).
+    /// Zero: the poller only spins. Otherwise the longest one wait in the
+    /// kernel for a completion (the xstream's other tasks run between
+    /// waits); on an xstream, after a few waits that found nothing, the
+    /// poller sleeps without blocking it until the kernel signals
+    /// completions (see `ring.rs`).
     pub park: std::time::Duration,
 }
 

@@ -76,8 +76,8 @@ impl Wakeup {
             .register_eventfd(eventfd.as_raw_fd())
             .ok()?;
         // SAFETY: glommio takes ownership of the duplicate and closes it
-        // (through its reactor: a channel dropped after its executor ended
-        // leaves that descriptor open).
+        // through its reactor while the executor runs; after that, `drop`
+        // closes it.
         let file = Rc::new(unsafe { BufferedFile::from_raw_fd(dup.into_raw_fd()) });
         let fired = Arc::new(Fired::default());
         Some(Self {
@@ -87,6 +87,12 @@ impl Wakeup {
             fired_waker: Waker::from(Arc::clone(&fired)),
             fired,
         })
+    }
+
+    /// The eventfd and its duplicate read through glommio (tests).
+    #[cfg(test)]
+    pub(super) fn fds(&self) -> [std::os::fd::RawFd; 2] {
+        [self.eventfd.as_raw_fd(), self.file.as_raw_fd()]
     }
 
     /// Empties the counter without blocking (a counter of zero is fine).
@@ -133,6 +139,23 @@ impl Wakeup {
                 Ok(false)
             }
             Poll::Ready(Err(_)) => Err(()),
+        }
+    }
+}
+
+impl Drop for Wakeup {
+    fn drop(&mut self) {
+        // The armed read holds the file too.
+        self.armed = None;
+        if ferrite_xstream::current().is_some() {
+            return; // on its running xstream: glommio closes the duplicate
+        }
+        // The xstream's executor has ended (it is run once and dropped):
+        // its reactor is gone, or never submits the close it queues now.
+        if Rc::strong_count(&self.file) == 1 {
+            // SAFETY: the duplicate is owned by `file` alone (the armed read
+            // that shared it is gone), whose drop no longer closes it.
+            unsafe { libc::close(self.file.as_raw_fd()) };
         }
     }
 }
@@ -205,5 +228,36 @@ mod tests {
             "stalled or failed: {result:?}"
         );
         set.shutdown().unwrap();
+    }
+
+    thread_local! {
+        static KEPT: std::cell::RefCell<Vec<UringChannel>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    fn is_eventfd(fd: std::os::fd::RawFd) -> bool {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .is_ok_and(|target| target.to_string_lossy().contains("eventfd"))
+    }
+
+    /// A channel that outlives its xstream's executor (kept in a
+    /// thread-local of the xstream's thread, dropped when the thread exits)
+    /// closes both of its eventfd's descriptors.
+    #[test]
+    fn channel_dropped_after_its_executor_closes_its_eventfd() {
+        let set = XstreamSet::start(XstreamConfig::default().with_cores(vec![0])).unwrap();
+        let body = || async {
+            let (ch, _tx) = pipe_channel();
+            let fds = ch
+                .wakeup_fds()
+                .expect("a channel on an xstream has an eventfd");
+            KEPT.with(|kept| kept.borrow_mut().push(ch));
+            fds
+        };
+        let done = set.mesh().run_on(XstreamId(0), TaskClass::Foreground, body);
+        let fds = futures::executor::block_on(done).unwrap();
+        assert!(fds.iter().all(|&fd| is_eventfd(fd)), "{fds:?}");
+        set.shutdown().unwrap();
+        let open: Vec<_> = fds.iter().filter(|&&fd| is_eventfd(fd)).collect();
+        assert!(open.is_empty(), "eventfd descriptors left open: {open:?}");
     }
 }
