@@ -79,3 +79,47 @@ fn extent_reads_are_one_sided_when_the_newest_extent_covers_them() {
         .unwrap()
         .is_none());
 }
+
+/// A batch whose keys live on two targets goes out as one frame per
+/// connection serving them (each part runs on its owning xstream); replies
+/// come back in request order.
+#[test]
+fn batches_are_split_by_the_xstream_serving_each_key() {
+    use ferrite_client::client::{ClientOptions, Reply, Request};
+    let client = ferrite_client::embedded::connect_with(ClientOptions::default(), |c| {
+        c.xstreams = Some(2);
+    })
+    .unwrap();
+    let targets = client.targets().len() as u32;
+    assert_eq!(targets, 2);
+    let keys: Vec<Key> = (0..32u32)
+        .map(|i| Key::new(0, 0, format!("b{i}").as_bytes(), b""))
+        .collect();
+    let owners: std::collections::BTreeSet<u32> = keys
+        .iter()
+        .map(|k| Request::Fetch { key: k.clone() }.owner(targets).unwrap())
+        .collect();
+    assert_eq!(owners.len(), 2, "the keys should cover both targets");
+    let puts: Vec<Request> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Request::Update {
+            key: k.clone(),
+            value: (i as u32).to_le_bytes().to_vec(),
+        })
+        .collect();
+    let before = client.counters();
+    let replies = client.batch(puts).unwrap();
+    assert_eq!(client.counters().since(&before).rpc_requests, 2);
+    assert!(replies.iter().all(|r| matches!(r, Reply::Version(_))));
+    let gets: Vec<Request> = keys
+        .iter()
+        .map(|k| Request::Fetch { key: k.clone() })
+        .collect();
+    for (i, r) in client.batch(gets).unwrap().into_iter().enumerate() {
+        match r {
+            Reply::Value(Some(f)) => assert_eq!(f.value, (i as u32).to_le_bytes()),
+            other => panic!("item {i}: {other:?}"),
+        }
+    }
+}

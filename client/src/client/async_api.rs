@@ -7,12 +7,14 @@
 //! loads); only fallbacks go to the engine.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use ferrite_proto::rpc::{Found, Key, Reply, Request};
 use ferrite_xstream::{Event, EventQueue};
 
+use crate::client::conn::Connection;
 use crate::client::counters::Counter;
-use crate::client::error::Result;
+use crate::client::error::{Error, Result};
 use crate::client::handle::Client;
 use crate::client::reply;
 use crate::client::waiter::{Answer, ReplyFuture};
@@ -71,6 +73,55 @@ impl Client {
             key: key.clone(),
         });
         async move { reply::version("delete", f.await?) }
+    }
+
+    /// Sends `requests` (at most `MAX_BATCH_ITEMS`) now, as one batch frame
+    /// per connection that serves their targets, so that the engine runs
+    /// each part on the owning xstream with no hop between xstreams. The
+    /// future gives the replies in request order (`Reply::Error` per failed
+    /// item); the parts run concurrently, as the items of one batch do.
+    pub fn batch_async(
+        &self,
+        requests: Vec<Request>,
+    ) -> impl Future<Output = Result<Vec<Reply>>> + Send + 'static {
+        let n = requests.len();
+        let mut groups: Vec<(Arc<Connection>, Vec<usize>, Vec<Request>)> = Vec::new();
+        for (i, r) in requests.into_iter().enumerate() {
+            let conn = self.conn_for(&r);
+            match groups.iter_mut().find(|g| Arc::ptr_eq(&g.0, conn)) {
+                Some(g) => {
+                    g.1.push(i);
+                    g.2.push(r);
+                }
+                None => groups.push((conn.clone(), vec![i], vec![r])),
+            }
+        }
+        self.counters.add(Counter::RpcRequest, groups.len() as u64);
+        let sent: Vec<_> = groups
+            .into_iter()
+            .map(|(conn, at, part)| (at, conn.request_async(&Request::Batch(part))))
+            .collect();
+        let url = self.url();
+        async move {
+            let mut out: Vec<Option<Reply>> = vec![None; n];
+            for (at, reply) in sent {
+                let replies = reply::batch(reply.await?)?;
+                if replies.len() != at.len() {
+                    return Err(Error::Protocol {
+                        url,
+                        detail: format!(
+                            "batch of {} answered with {} replies",
+                            at.len(),
+                            replies.len()
+                        ),
+                    });
+                }
+                for (i, r) in at.into_iter().zip(replies) {
+                    out[i] = Some(r);
+                }
+            }
+            Ok(out.into_iter().flatten().collect())
+        }
     }
 
     /// Sends `request`; its reply completes `event` (collect it with

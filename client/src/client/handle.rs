@@ -518,22 +518,16 @@ impl Client {
         }
     }
 
-    /// Runs data requests as batches (one frame per up to
-    /// `MAX_BATCH_ITEMS`); replies in order, `Reply::Error` per failed item.
+    /// Runs data requests as batches of up to `MAX_BATCH_ITEMS`, each sent as
+    /// one frame per connection serving its targets
+    /// ([`batch_async`](Self::batch_async)); replies in order,
+    /// `Reply::Error` per failed item.
     pub fn batch(&self, requests: Vec<Request>) -> Result<Vec<Reply>> {
         let mut out = Vec::with_capacity(requests.len());
         let mut it = requests.into_iter().peekable();
         while it.peek().is_some() {
             let chunk: Vec<Request> = it.by_ref().take(MAX_BATCH_ITEMS).collect();
-            let n = chunk.len();
-            let replies = reply::batch(self.request(&Request::Batch(chunk))?)?;
-            if replies.len() != n {
-                return Err(Error::Protocol {
-                    url: self.url(),
-                    detail: format!("batch of {n} answered with {} replies", replies.len()),
-                });
-            }
-            out.extend(replies);
+            out.extend(futures::executor::block_on(self.batch_async(chunk))?);
         }
         Ok(out)
     }

@@ -169,17 +169,10 @@ impl Namespace {
             return Box::pin(async move { done });
         }
         let (requests, seen) = self.close_batch(&fh, offset, data);
-        let n = requests.len();
-        let sent = self.client.request_async(&Request::Batch(requests));
+        let sent = self.client.batch_async(requests);
         let ns = self.clone();
         Box::pin(async move {
-            let replies = sent
-                .await
-                .and_then(crate::client::reply::batch)
-                .map_err(client_err(fh.name.clone()))?;
-            if replies.len() != n {
-                return Err(FsError::Invalid(fh.name.clone(), "short batch reply"));
-            }
+            let replies = sent.await.map_err(client_err(fh.name.clone()))?;
             ns.finish_close(&fh, seen, replies)
         })
     }
