@@ -10,7 +10,9 @@
 //!
 //! Spec: `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1&buf=64K&park_us=50]`.
 //! `size=` creates the file or extends it; `direct=0` goes through the page
-//! cache (needed on tmpfs, which refuses O_DIRECT).
+//! cache (needed on tmpfs, which refuses O_DIRECT); its writes of up to
+//! 64 KiB are copied in by a `pwrite` on the calling xstream rather than
+//! through the ring, which would hand each to an io-wq thread.
 //!
 //! ```
 //! use ferrite_bdev::uring::{UringBdev, UringOptions};
