@@ -255,3 +255,73 @@ fn ended_jobs_files_are_read_off_the_control_task() {
     assert_eq!(status.edges.len(), TASKS - 1);
     service.shutdown();
 }
+
+/// Guards that a job is split on the coordinator slot the manager granted
+/// it, and that its state file names that slot: with one slot, the first job
+/// is split there; the second waits in the queue, split by nobody, until the
+/// first ends, and is then split on the freed slot.
+#[test]
+fn each_job_is_split_on_its_granted_coordinator_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = JobServiceConfig {
+        coordinator_slots: 1,
+        ..JobServiceConfig::new(dir.path().join("jobs"))
+    };
+    let meta = |job: u128| {
+        let path = config.state_dir.join(format!("{job:032x}.job.sqlite"));
+        JobState::open(&path).unwrap().meta().unwrap()
+    };
+    let service = JobService::start(config.clone()).unwrap();
+    let mut peer = Peer::connect(&service);
+    let mut submitted = Vec::new();
+    for _ in 0..2 {
+        let ToPeer::Submitted { job } = peer.ask(submit_chain(3)) else {
+            panic!("submit")
+        };
+        submitted.push(job);
+    }
+    let [first, second] = submitted[..] else {
+        unreachable!()
+    };
+    // A status answer comes after the control task handled both submits.
+    let status = ToEngine::Status {
+        job: second,
+        watch: false,
+    };
+    let ToPeer::Status { status: s } = peer.ask(status) else {
+        panic!("status")
+    };
+    assert_eq!(s.state, JobPhase::Queued);
+    service.shutdown(); // writes every pending state update
+    assert_eq!(
+        meta(first).coordinator.as_deref(),
+        Some("engine/coordinator-0")
+    );
+    assert_eq!(meta(second).coordinator, None, "a queued job is not split");
+
+    let service = JobService::start(config.clone()).unwrap();
+    let mut peer = Peer::connect(&service);
+    let ToPeer::Cancelled { .. } = peer.ask(ToEngine::Cancel { job: first }) else {
+        panic!("cancel")
+    };
+    let ToPeer::Ended { .. } = peer.ask(ToEngine::Wait { job: first }) else {
+        panic!("wait")
+    };
+    let status = ToEngine::Status {
+        job: second,
+        watch: false,
+    };
+    let ToPeer::Status { status: s } = peer.ask(status) else {
+        panic!("status")
+    };
+    assert_eq!(
+        s.state,
+        JobPhase::Running,
+        "the freed slot took the queued job"
+    );
+    service.shutdown();
+    assert_eq!(
+        meta(second).coordinator.as_deref(),
+        Some("engine/coordinator-0")
+    );
+}

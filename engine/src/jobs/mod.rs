@@ -4,7 +4,9 @@
 //!   cycles, unknown references and duplicate ids are refused by name — with
 //!   every task encoded as a record under `task_key(job, task id)`.
 //! - [`rm`]: the resource manager and job queue, an event-driven state
-//!   machine over execution streams offered by the engine and by workers.
+//!   machine over execution streams offered by the engine and by workers;
+//!   a job runs on the coordinator slot it is granted, which splits it into
+//!   tasks and asks the manager for streams for them.
 //! - [`state`]: the job state object, a standalone SQLite file per job.
 //! - [`service`]: the listener that workers and the CLI talk to
 //!   (`ferrite_proto::rpc_jobs` frames), driving the manager from one task

@@ -1,7 +1,7 @@
 //! The job state object: one standalone SQLite file per job.
 //!
 //! Tables: `job_meta(key, value)` (format, job id, name, state, cause, times,
-//! the job file as JSON), `edges(before, after, data)`, `tasks` (the layout
+//! the job file as JSON, the store, the coordinator slot that split the job), `edges(before, after, data)`, `tasks` (the layout
 //! shared with task state objects, [`TASKS_TABLE_SQL`]) and
 //! `outputs(idx, exit_code, stdout, stderr)`. Any SQLite tool reads it.
 
@@ -32,6 +32,9 @@ pub struct JobMeta {
     pub store: Option<String>,
     /// Whether the task records are in `store` (else they ride in grants).
     pub records_in_store: bool,
+    /// The resource that split the job into tasks (its coordinator slot),
+    /// once one did.
+    pub coordinator: Option<String>,
 }
 
 /// What a finished task left: its row and outputs.
@@ -191,6 +194,7 @@ impl JobState {
             // Files written before the key existed kept a store only for
             // task records.
             records_in_store: self.meta_value("records")?.as_deref() != Some("inline"),
+            coordinator: self.meta_value("coordinator")?,
         })
     }
 
@@ -221,6 +225,17 @@ impl JobState {
             set("ended_ns", &now_ns.to_string()).map_err(err)?;
         }
         tx.commit().map_err(err)
+    }
+
+    /// Records the resource (coordinator slot) that split the job.
+    pub fn set_coordinator(&mut self, coordinator: &str) -> Result<(), JobError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO job_meta(key, value) VALUES ('coordinator', ?1)",
+                [coordinator],
+            )
+            .map_err(self.sql_err())?;
+        Ok(())
     }
 
     /// Records the engine holding the job's outputs, and whether its task

@@ -2,10 +2,11 @@
 
 use ferrite_proto::rpc_jobs::{JobPhase, JobSummary, TaskPhase, TaskRow};
 
-use super::{NodeId, ResourceManager, Run};
+use super::coordinator::Coordinator;
+use super::{NodeId, ResourceManager};
 
-/// The manager's row for task `idx` of a run.
-pub(super) fn row_of(run: &Run, idx: u32, node_name: &str) -> TaskRow {
+/// The row for task `idx` of a job as its coordinator knows it.
+pub(super) fn row_of(run: &Coordinator, idx: u32, node_name: &str) -> TaskRow {
     let i = idx as usize;
     let info = &run.info[i];
     let state = run.state[i];
@@ -27,14 +28,14 @@ pub(super) fn row_of(run: &Run, idx: u32, node_name: &str) -> TaskRow {
 
 impl ResourceManager {
     fn node_name(&self, node: Option<NodeId>) -> &str {
-        node.and_then(|n| self.nodes.get(&n))
+        node.and_then(|n| self.resources.nodes.get(&n))
             .map(|n| n.name.as_str())
             .unwrap_or("")
     }
 
     /// Every task's row as the manager knows it.
     pub fn rows(&self, job: u128) -> Option<Vec<TaskRow>> {
-        let run = self.runs.get(&job)?;
+        let run = self.jobs.get(&job)?;
         Some(
             (0..run.state.len() as u32)
                 .map(|i| {
@@ -51,35 +52,35 @@ impl ResourceManager {
 
     /// Alive nodes that hold task state objects of `job`.
     pub fn nodes_of(&self, job: u128) -> Vec<NodeId> {
-        self.runs
+        self.jobs
             .get(&job)
             .map(|r| {
                 r.nodes
                     .iter()
                     .copied()
-                    .filter(|n| self.nodes.get(n).is_some_and(|n| n.alive))
+                    .filter(|n| self.resources.nodes.get(n).is_some_and(|n| n.alive))
                     .collect()
             })
             .unwrap_or_default()
     }
 
     pub fn node_label(&self, node: NodeId) -> Option<&str> {
-        self.nodes.get(&node).map(|n| n.name.as_str())
+        self.resources.nodes.get(&node).map(|n| n.name.as_str())
     }
 
     /// The job's phase and, if it ended badly, why.
     pub fn phase(&self, job: u128) -> Option<(JobPhase, Option<String>)> {
-        self.runs.get(&job).map(|r| (r.phase, r.cause.clone()))
+        self.jobs.get(&job).map(|r| (r.phase, r.cause.clone()))
     }
 
     pub fn graph(&self, job: u128) -> Option<&std::sync::Arc<crate::jobs::spec::JobGraph>> {
-        self.runs.get(&job).map(|r| &r.graph)
+        self.jobs.get(&job).map(|r| &r.graph)
     }
 
     /// One summary per known job, in id order.
     pub fn summaries(&self) -> Vec<JobSummary> {
         let mut out: Vec<_> = self
-            .runs
+            .jobs
             .values()
             .map(|r| JobSummary {
                 job: r.graph.job,
@@ -95,9 +96,10 @@ impl ResourceManager {
 
     /// Alive worker nodes and their execution streams, in offer order.
     pub fn resources(&self) -> Vec<(String, u32)> {
-        self.node_order
+        self.resources
+            .node_order
             .iter()
-            .filter_map(|n| self.nodes.get(n))
+            .filter_map(|n| self.resources.nodes.get(n))
             .filter(|n| n.alive)
             .map(|n| (n.name.clone(), n.free.len() as u32))
             .collect()
@@ -105,10 +107,11 @@ impl ResourceManager {
 
     /// Free grants over all alive streams (for tests and metrics).
     pub fn free_grants(&self) -> u32 {
-        self.nodes
-            .values()
-            .filter(|n| n.alive)
-            .flat_map(|n| n.free.iter())
-            .sum()
+        self.resources.free_grants()
+    }
+
+    /// The coordinator slot running `job`, once one was granted.
+    pub fn coordinator_slot(&self, job: u128) -> Option<u32> {
+        self.jobs.get(&job).and_then(|c| c.slot)
     }
 }

@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::*;
-use ferrite_proto::rpc_jobs::{JobSpec, RetryPolicy, Step, TaskSpec};
+use ferrite_proto::rpc_jobs::{JobSpec, RetryPolicy, Step, TaskPhase, TaskSpec};
 
 fn random_spec(rng: &mut StdRng, n: usize, max_attempts: u32) -> JobSpec {
     let tasks = (0..n)
@@ -60,11 +60,85 @@ struct Sim {
     held: HashMap<NodeId, Vec<Assignment>>,
     phases: Vec<(u128, JobPhase)>,
     granted: Vec<Assignment>,
+    flow: Flow,
+}
+
+/// The flow the manager's actions show, checked as they come: a job gets a
+/// coordinator slot, that slot splits it and asks for streams, and each task
+/// goes to a stream the manager granted that job's coordinator.
+#[derive(Default)]
+struct Flow {
+    /// job -> its coordinator slot.
+    slot_of: HashMap<u128, u32>,
+    /// Jobs that hold a slot now.
+    running: HashMap<u128, u32>,
+    /// Jobs split, by the slot that split them, and the tasks it then
+    /// asked streams for.
+    split_by: HashMap<u128, (u32, u32)>,
+    /// (job, node, xstream) -> streams granted and not yet sent a task.
+    unsent: HashMap<(u128, NodeId, u32), u32>,
+    /// Every grant of a stream: (job, slot, node, xstream).
+    streams: Vec<(u128, u32, NodeId, u32)>,
+}
+
+impl Flow {
+    fn see(&mut self, action: &Action, slots: u32) {
+        match action {
+            Action::CoordinatorGranted { job, slot } => {
+                assert!(*slot < slots, "slot {slot} is not one of the {slots}");
+                assert!(
+                    self.running.values().all(|s| s != slot),
+                    "slot {slot} granted twice"
+                );
+                assert!(self.slot_of.insert(*job, *slot).is_none());
+                self.running.insert(*job, *slot);
+            }
+            Action::Split { job, slot, ready } => {
+                assert_eq!(self.slot_of.get(job), Some(slot), "split off its slot");
+                let split = self.split_by.insert(*job, (*slot, *ready));
+                assert!(split.is_none(), "split twice");
+            }
+            Action::StreamsGranted { job, slot, streams } => {
+                let by = self.split_by.get(job).map(|s| s.0);
+                assert_eq!(by, Some(*slot), "streams before the split or off its slot");
+                assert!(!streams.is_empty());
+                for &(n, x) in streams {
+                    *self.unsent.entry((*job, n, x)).or_default() += 1;
+                    self.streams.push((*job, *slot, n, x));
+                }
+            }
+            Action::Grant { node, tasks } => {
+                for a in tasks {
+                    let left = self.unsent.get_mut(&(a.job, *node, a.xstream));
+                    let left = left
+                        .filter(|l| **l > 0)
+                        .expect("task on an ungranted stream");
+                    *left -= 1;
+                }
+            }
+            Action::JobPhase { job, phase, .. } if phase.is_final() => {
+                self.running.remove(job);
+            }
+            _ => {}
+        }
+    }
 }
 
 impl Sim {
+    fn new(rm: ResourceManager) -> Self {
+        Self {
+            rm,
+            held: HashMap::new(),
+            phases: vec![],
+            granted: vec![],
+            flow: Flow::default(),
+        }
+    }
+
     fn pump(&mut self) {
+        let slots = self.rm.resources.slots();
         for a in self.rm.take_actions() {
+            self.flow.see(&a, slots);
             match a {
                 Action::Grant { node, tasks } => {
                     self.granted.extend(tasks.iter().cloned());
@@ -76,9 +150,13 @@ impl Sim {
                         h.retain(|a| a.job != job);
                     }
                 }
-                Action::Record { .. } => {}
+                _ => {}
             }
         }
+        assert!(
+            self.flow.unsent.values().all(|&l| l == 0),
+            "a granted stream got no task"
+        );
     }
 }
 
@@ -93,12 +171,7 @@ fn random_dags_respect_constraints_through_node_loss() {
     for round in 0..20 {
         let n = rng.gen_range(1..300);
         let graph = Arc::new(JobGraph::build(round + 1, random_spec(&mut rng, n, 50)).unwrap());
-        let mut sim = Sim {
-            rm: ResourceManager::new(2, rng.gen_range(1..8)),
-            held: HashMap::new(),
-            phases: vec![],
-            granted: vec![],
-        };
+        let mut sim = Sim::new(ResourceManager::new(2, rng.gen_range(1..8)));
         let mut next_node = 1;
         for _ in 0..3 {
             let ev = Event::NodeOffered {
@@ -178,10 +251,11 @@ fn random_dags_respect_constraints_through_node_loss() {
         assert_eq!(
             sim.rm.free_grants(),
             sim.rm
+                .resources
                 .nodes
                 .values()
                 .filter(|n| n.alive)
-                .map(|n| n.free.len() as u32 * sim.rm.depth)
+                .map(|n| n.free.len() as u32 * sim.rm.resources.depth)
                 .sum::<u32>()
         );
     }
@@ -356,4 +430,73 @@ fn failing_task_retries_on_failure_then_fails_the_job() {
     let (phase, cause) = rm.phase(11).unwrap();
     assert_eq!(phase, JobPhase::Failed);
     assert!(cause.unwrap().contains("exit code 3"));
+}
+
+/// Guards the flow of the issue: the job queue asks for a coordinator slot
+/// per job, the granted slot splits its job and asks the manager for streams
+/// for the ready tasks, and every task goes to a stream the manager granted
+/// that job's coordinator (checked action by action in `Flow::see`).
+#[test]
+fn each_job_is_split_on_its_granted_slot_which_asks_for_its_streams() {
+    let seed: u64 = std::env::var("FERRITE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("FERRITE_SEED={seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut sim = Sim::new(ResourceManager::new(2, 3));
+    for node in 1..=2 {
+        let name = format!("w{node}");
+        sim.rm.handle(
+            Event::NodeOffered {
+                node,
+                name,
+                xstreams: 2,
+            },
+            0,
+        );
+    }
+    let graphs: Vec<_> = (1..=4u128)
+        .map(|job| {
+            let n = rng.gen_range(1..200);
+            Arc::new(JobGraph::build(job, random_spec(&mut rng, n, 1)).unwrap())
+        })
+        .collect();
+    for graph in &graphs {
+        let (graph, restored) = (graph.clone(), vec![]);
+        sim.rm.handle(Event::JobSubmitted { graph, restored }, 0);
+    }
+    sim.pump();
+    assert_eq!(
+        sim.flow.split_by.len(),
+        2,
+        "seed {seed}: two slots, two splits"
+    );
+    assert_eq!(sim.rm.phase(3).unwrap().0, JobPhase::Queued, "seed {seed}");
+    for t in 1..100_000u64 {
+        if sim.phases.iter().filter(|p| p.1.is_final()).count() == graphs.len() {
+            break;
+        }
+        let nodes: Vec<NodeId> = (1..=2).filter(|n| !sim.held[n].is_empty()).collect();
+        assert!(!nodes.is_empty(), "seed {seed}: stalled");
+        let node = nodes[rng.gen_range(0..nodes.len())];
+        let h = sim.held.get_mut(&node).unwrap();
+        let k = rng.gen_range(1..=h.len());
+        let results = h.drain(..k).map(|a| result(&a, t, 0)).collect();
+        sim.rm.handle(Event::TasksFinished { node, results }, t);
+        sim.pump();
+    }
+    for g in &graphs {
+        let job = g.job;
+        assert_eq!(sim.rm.phase(job).unwrap().0, JobPhase::Done, "seed {seed}");
+        let slot = sim.flow.slot_of[&job];
+        let (by, ready) = sim.flow.split_by[&job];
+        assert_eq!(by, slot, "seed {seed}: job {job} split off its slot");
+        assert_eq!(sim.rm.coordinator_slot(job), Some(slot));
+        let roots = g.preds.iter().filter(|p| p.is_empty()).count() as u32;
+        assert_eq!(ready, roots, "seed {seed}: job {job} asked for its roots");
+        let streams = sim.flow.streams.iter().filter(|s| s.0 == job);
+        assert!(streams.clone().all(|s| s.1 == slot));
+        assert_eq!(streams.count(), g.len(), "seed {seed}: one stream per task");
+    }
 }

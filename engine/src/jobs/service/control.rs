@@ -16,7 +16,7 @@ use super::gather::{Gather, Watch};
 use super::recorder::{self, RecordCmd};
 use super::{now_ns, ConnId, Input, JobServiceConfig, Out};
 use crate::jobs::error::JobError;
-use crate::jobs::rm::{Action, Event, NodeId, ResourceManager};
+use crate::jobs::rm::{coordinator_name, Action, Event, NodeId, ResourceManager};
 use crate::jobs::spec::{parse_spec, JobGraph};
 use crate::jobs::state::{JobMeta, JobState};
 
@@ -489,6 +489,13 @@ impl Control {
                     self.dirty.insert(job);
                     self.record(RecordCmd::Record { job, outcomes });
                 }
+                Action::Split { job, slot, ready } => {
+                    tracing::debug!(job = %format!("{job:032x}"), slot, ready, "job split");
+                    self.dirty.insert(job);
+                    let coordinator = coordinator_name(slot);
+                    self.record(RecordCmd::Coordinator { job, coordinator });
+                }
+                Action::CoordinatorGranted { .. } | Action::StreamsGranted { .. } => {}
                 Action::JobPhase { job, phase, cause } => {
                     self.dirty.insert(job);
                     let cmd = RecordCmd::Phase {

@@ -24,6 +24,8 @@ pub(super) enum RecordCmd {
         cause: Option<String>,
         now_ns: u64,
     },
+    /// The coordinator slot that split the job.
+    Coordinator { job: u128, coordinator: String },
 }
 
 pub(super) fn start(dir: PathBuf) -> Result<(Sender<RecordCmd>, JoinHandle<()>), JobError> {
@@ -60,6 +62,13 @@ fn run(dir: PathBuf, rx: Receiver<RecordCmd>) {
                     }
                     if phase.is_final() {
                         files.remove(&job);
+                    }
+                }
+                RecordCmd::Coordinator { job, coordinator } => {
+                    let res =
+                        file(&dir, &mut files, job).and_then(|f| f.set_coordinator(&coordinator));
+                    if let Err(e) = res {
+                        tracing::error!("job state: {e}");
                     }
                 }
             }
