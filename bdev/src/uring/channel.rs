@@ -183,6 +183,12 @@ impl UringChannel {
         self.state.borrow().sleeps
     }
 
+    /// Times the poller waited in the kernel (tests).
+    #[cfg(test)]
+    pub(super) fn kernel_waits(&self) -> u64 {
+        self.state.borrow().kernel_waits
+    }
+
     /// The descriptors of the poller's eventfd, if it has one (tests).
     #[cfg(test)]
     pub(super) fn wakeup_fds(&self) -> Option<[RawFd; 2]> {
@@ -383,6 +389,9 @@ impl UringOp<'_> {
         if let Err(e) = state.push(slot, entry, payload) {
             state.broken = Some(e.to_string());
             return Poll::Ready(Err(self.channel.io_error(op, offset, e)));
+        }
+        if matches!(op, Op::Flush | Op::Fallocate { .. }) {
+            state.mark_slow(slot);
         }
         self.stage = Stage::InFlight { op, offset, slot };
         Poll::Pending

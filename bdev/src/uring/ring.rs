@@ -18,7 +18,10 @@
 //! other tasks run between waits (events of glommio's own rings, like a
 //! socket becoming readable, are seen after the wait). After
 //! [`KERNEL_WAITS`] such waits in a row found nothing (a slow device, a long
-//! flush) the poller sleeps without blocking the xstream: an eventfd
+//! flush), or at once when only flushes are in flight (their
+//! hundreds of µs outlast every short wait: waiting first cost a device-
+//! durability PUT ~15 % of its rate), the poller sleeps without blocking
+//! the xstream: an eventfd
 //! registered with the ring is read through glommio's reactor (see
 //! `wakeup.rs`), so the xstream runs its other tasks or parks in glommio
 //! until the read completes. Off an xstream (a bare glommio executor,
@@ -60,6 +63,8 @@ pub(super) enum Payload {
 #[derive(Debug, Default)]
 struct Slot {
     busy: bool,
+    /// A flush (or fallocate): hundreds of µs to ms on a disk.
+    slow: bool,
     orphaned: bool,
     result: Option<i32>,
     waker: Option<Waker>,
@@ -78,6 +83,8 @@ pub(super) struct RingState {
     poller: Option<u32>,
     /// Entries pushed and not yet submitted.
     pending_submit: bool,
+    /// Slots in flight marked slow ([`RingState::mark_slow`]).
+    slow_in_flight: usize,
     /// Waits in the kernel in a row that found nothing.
     empty_waits: u32,
     /// Longest blocking wait for a completion without a wakeup.
@@ -90,6 +97,8 @@ pub(super) struct RingState {
     asleep: bool,
     /// Times the poller went to sleep on `wakeup`.
     pub(super) sleeps: u64,
+    /// Times the poller waited in `io_uring_enter` (tests).
+    pub(super) kernel_waits: u64,
     /// Set after the ring itself failed; every later op fails with it.
     pub(super) broken: Option<String>,
 }
@@ -113,6 +122,7 @@ impl RingState {
             poller: None,
             pending_submit: false,
             empty_waits: 0,
+            slow_in_flight: 0,
             park: Timespec::new()
                 .sec(park.as_secs())
                 .nsec(park.subsec_nanos()),
@@ -120,6 +130,7 @@ impl RingState {
             wakeup,
             asleep: false,
             sleeps: 0,
+            kernel_waits: 0,
             broken: None,
         }
     }
@@ -146,6 +157,18 @@ impl RingState {
                 self.waiters.push_back(waker.clone());
                 None
             }
+        }
+    }
+
+    /// Marks `slot`'s operation slow (a flush): while only such operations
+    /// are in flight the poller sleeps at once instead of waiting in the
+    /// kernel first, whose short waits would all run out before a device
+    /// flush completes.
+    pub(super) fn mark_slow(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if !s.slow {
+            s.slow = true;
+            self.slow_in_flight += 1;
         }
     }
 
@@ -252,7 +275,8 @@ impl RingState {
             waker.wake_by_ref();
             return Ok(self.reap() > 0);
         }
-        if self.wakeup.is_none() || self.empty_waits < KERNEL_WAITS {
+        let only_slow = self.slow_in_flight == self.in_flight();
+        if self.wakeup.is_none() || (self.empty_waits < KERNEL_WAITS && !only_slow) {
             let reaped = self.wait_in_kernel()?;
             self.empty_waits = if reaped > 0 { 0 } else { self.empty_waits + 1 };
             waker.wake_by_ref();
@@ -265,6 +289,7 @@ impl RingState {
     /// Submits pending entries and waits for one completion, at most
     /// `park`, in one `io_uring_enter` (blocking the thread); reaps.
     fn wait_in_kernel(&mut self) -> std::io::Result<usize> {
+        self.kernel_waits += 1;
         let args = SubmitArgs::new().timespec(&self.park);
         match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => self.pending_submit = false,
@@ -347,7 +372,11 @@ impl RingState {
     }
 
     fn release(&mut self, slot: u32) {
-        self.slots[slot as usize].busy = false;
+        let s = &mut self.slots[slot as usize];
+        s.busy = false;
+        if std::mem::take(&mut s.slow) {
+            self.slow_in_flight -= 1;
+        }
         self.free.push(slot);
         if self.poller == Some(slot) {
             self.poller = None;

@@ -230,6 +230,40 @@ mod tests {
         set.shutdown().unwrap();
     }
 
+    /// With only flushes in flight the poller sleeps on its eventfd at
+    /// once: short kernel waits would all run out before a disk's flush.
+    #[test]
+    fn a_flush_alone_is_slept_on_not_waited_for_in_the_kernel() {
+        let set = XstreamSet::start(XstreamConfig::default().with_cores(vec![0])).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let body = move || async move {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .unwrap();
+            file.set_len(1 << 20).unwrap();
+            let opts = UringOptions {
+                direct: false,
+                ..UringOptions::default()
+            };
+            let ch =
+                UringChannel::new("flushes".into(), Arc::new(file), 4096, 1 << 20, &opts).unwrap();
+            for _ in 0..20 {
+                ch.flush().await.unwrap();
+            }
+            let waits = ch.kernel_waits();
+            assert_eq!(waits, 0, "the poller waited in the kernel for flushes");
+        };
+        let done = set.mesh().run_on(XstreamId(0), TaskClass::Foreground, body);
+        let result = futures::executor::block_on(done);
+        assert!(result.is_ok(), "{result:?}");
+        set.shutdown().unwrap();
+    }
+
     thread_local! {
         static KEPT: std::cell::RefCell<Vec<UringChannel>> = const { std::cell::RefCell::new(Vec::new()) };
     }
