@@ -123,11 +123,17 @@ fn found(r: Result<Option<(u64, Vec<u8>)>, StoreError>) -> Reply {
 
 /// Asks for one key more than the client's limit, to tell whether more follow.
 fn keys(limit: u32, list: impl FnOnce(usize) -> Vec<Vec<u8>>) -> Reply {
-    let limit = (limit as usize).clamp(1, LIST_LIMIT_MAX);
-    let mut keys = list(limit + 1);
-    let more = keys.len() > limit;
-    keys.truncate(limit);
+    let (keys, more) = page(limit, list);
     Reply::Keys { keys, more }
+}
+
+/// At most `limit` (clamped) items of a listing, and whether more follow.
+fn page<T>(limit: u32, list: impl FnOnce(usize) -> Vec<T>) -> (Vec<T>, bool) {
+    let limit = (limit as usize).clamp(1, LIST_LIMIT_MAX);
+    let mut items = list(limit + 1);
+    let more = items.len() > limit;
+    items.truncate(limit);
+    (items, more)
 }
 
 fn is_write(req: &Request) -> bool {
@@ -207,10 +213,7 @@ pub async fn handle(req: Request) -> Reply {
             after,
             limit,
         } => {
-            let limit = (limit as usize).clamp(1, LIST_LIMIT_MAX);
-            let mut objects = s.list_objects(container, after, limit + 1);
-            let more = objects.len() > limit;
-            objects.truncate(limit);
+            let (objects, more) = page(limit, |n| s.list_objects(container, after, n));
             Reply::Objects { objects, more }
         }
         Request::Verify { key } => s

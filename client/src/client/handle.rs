@@ -483,20 +483,14 @@ impl Client {
 
     /// Every object of a container that holds a key, sorted by id.
     pub fn list_objects(&self, container: u64) -> Result<Vec<u128>> {
-        let mut all: Vec<u128> = Vec::new();
-        loop {
-            let page = Request::ListObjects {
+        self.pages(
+            |after| Request::ListObjects {
                 container,
-                after: all.last().copied(),
+                after,
                 limit: LIST_PAGE,
-            };
-            let (objects, more) = reply::objects(self.request(&page)?)?;
-            let got = objects.len();
-            all.extend(objects);
-            if !more || got == 0 {
-                return Ok(all);
-            }
-        }
+            },
+            reply::objects,
+        )
     }
 
     /// Has the engine read back and check every record of the key's value
@@ -507,11 +501,21 @@ impl Client {
     }
 
     fn list_pages(&self, page: impl Fn(Option<Vec<u8>>) -> Request) -> Result<Vec<Vec<u8>>> {
-        let mut all: Vec<Vec<u8>> = Vec::new();
+        self.pages(page, |r| reply::keys("list", r))
+    }
+
+    /// Every item of a paged listing: `page(last item so far)` asks for the
+    /// next page, `parse` gives its items and whether more follow.
+    fn pages<T: Clone>(
+        &self,
+        page: impl Fn(Option<T>) -> Request,
+        parse: impl Fn(Reply) -> Result<(Vec<T>, bool)>,
+    ) -> Result<Vec<T>> {
+        let mut all: Vec<T> = Vec::new();
         loop {
-            let (keys, more) = reply::keys("list", self.request(&page(all.last().cloned()))?)?;
-            let got = keys.len();
-            all.extend(keys);
+            let (items, more) = parse(self.request(&page(all.last().cloned()))?)?;
+            let got = items.len();
+            all.extend(items);
             if !more || got == 0 {
                 return Ok(all);
             }

@@ -39,7 +39,7 @@ pub(crate) fn keys(op: &'static str, r: Reply) -> Result<(Vec<Vec<u8>>, bool)> {
     }
 }
 
-/// A conditional update's reply: the new version, or `VersionMismatch`.
+/// A ListObjects reply: object ids and whether more follow.
 pub(crate) fn objects(r: Reply) -> Result<(Vec<u128>, bool)> {
     match r {
         Reply::Objects { objects, more } => Ok((objects, more)),
@@ -55,6 +55,7 @@ pub(crate) fn verified(r: Reply) -> Result<Verified> {
     }
 }
 
+/// A conditional update's reply: the new version, or `VersionMismatch`.
 pub(crate) fn cond(expected: u64, r: Reply) -> Result<u64> {
     match r {
         Reply::Cond {

@@ -93,6 +93,7 @@ impl Store {
             extent_offset,
             version: Some(view.version()),
             origin: Some(origin),
+            held: None,
         };
         let (_, len, _) = self.append_now(&spec)?;
         Ok(Step::Appended(u64::from(len)))

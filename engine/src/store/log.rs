@@ -70,6 +70,9 @@ pub(crate) struct AppendSpec<'a> {
     /// Keep this version (cleaner copies); else a new one is assigned.
     pub version: Option<u64>,
     pub origin: Option<u64>,
+    /// What the key held when the caller checked it (with no await since);
+    /// `None`: `append_now` looks.
+    pub held: Option<Held>,
 }
 
 impl Store {
@@ -216,7 +219,7 @@ impl Store {
             spec.flags.has(RecordFlags::PUNCH_DKEY) || spec.flags.has(RecordFlags::PUNCH_OBJECT);
         let new_key = !punch
             && !spec.flags.has(RecordFlags::TOMBSTONE)
-            && self.held(spec.key) == Held::Absent;
+            && spec.held.unwrap_or_else(|| self.held(spec.key)) == Held::Absent;
         let mut log = self.log.borrow_mut();
         let ring = self.geo.ring_bytes;
         if log.head % ring + len as u64 > ring {

@@ -60,6 +60,7 @@ impl<'a> AppendSpec<'a> {
             extent_offset,
             version: None,
             origin: None,
+            held: None,
         }
     }
 }
@@ -115,8 +116,8 @@ impl Store {
 
     /// Errs if the key holds the other kind of value, or if it is a new key
     /// and the overflow pool could run out before its slot is published
-    /// (existing keys reuse their slot).
-    fn check_write(&self, key: &RecordKey<'_>, array: bool) -> Result<()> {
+    /// (existing keys reuse their slot). Returns what the key holds.
+    fn check_write(&self, key: &RecordKey<'_>, array: bool) -> Result<Held> {
         match self.held(key) {
             Held::Absent => {
                 let free = self.table.borrow().free_overflow();
@@ -125,23 +126,23 @@ impl Store {
                         keys: self.dir.borrow().len(),
                     });
                 }
-                Ok(())
+                Ok(Held::Absent)
             }
             held if (held == Held::Array) != array => Err(StoreError::WrongKind {
                 holds: held.name(),
                 wanted: if array { "byte array" } else { "single value" },
             }),
-            _ => Ok(()),
+            held => Ok(held),
         }
     }
 
     /// Appends one record and returns its version once it is durable and
     /// published.
-    async fn write(&self, spec: AppendSpec<'_>, array: Option<bool>) -> Result<u64> {
+    async fn write(&self, mut spec: AppendSpec<'_>, array: Option<bool>) -> Result<u64> {
         let len = record_len(spec.key, spec.value.len()) as u64;
         self.reserve_space(len, false).await?;
         if let Some(array) = array {
-            self.check_write(spec.key, array)?;
+            spec.held = Some(self.check_write(spec.key, array)?);
         }
         let (addr, len, version) = self.append_now(&spec)?;
         self.wait_durable(addr + u64::from(len)).await?;
@@ -209,8 +210,8 @@ impl Store {
             if !holds {
                 return Ok(Conditional::Conflict(current));
             }
-            self.check_write(key, false)?;
-            let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
+            let mut spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
+            spec.held = Some(self.check_write(key, false)?);
             let (addr, len, version) = self.append_now(&spec)?;
             self.wait_durable(addr + u64::from(len)).await?;
             return Ok(Conditional::Applied(version));

@@ -162,11 +162,7 @@ impl Sim {
 
 #[test]
 fn random_dags_respect_constraints_through_node_loss() {
-    let seed: u64 = std::env::var("FERRITE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("FERRITE_SEED={seed}");
+    let seed = ferrite_xstream::seed_from_env();
     let mut rng = StdRng::seed_from_u64(seed);
     for round in 0..20 {
         let n = rng.gen_range(1..300);
@@ -438,11 +434,7 @@ fn failing_task_retries_on_failure_then_fails_the_job() {
 /// that job's coordinator (checked action by action in `Flow::see`).
 #[test]
 fn each_job_is_split_on_its_granted_slot_which_asks_for_its_streams() {
-    let seed: u64 = std::env::var("FERRITE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("FERRITE_SEED={seed}");
+    let seed = ferrite_xstream::seed_from_env();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut sim = Sim::new(ResourceManager::new(2, 3));
     for node in 1..=2 {
