@@ -189,6 +189,12 @@ impl UringChannel {
         self.state.borrow().kernel_waits
     }
 
+    /// Whether entries were pushed and not yet given to the kernel (tests).
+    #[cfg(test)]
+    pub(super) fn unsubmitted(&self) -> bool {
+        self.state.borrow().unsubmitted()
+    }
+
     /// The descriptors of the poller's eventfd, if it has one (tests).
     #[cfg(test)]
     pub(super) fn wakeup_fds(&self) -> Option<[RawFd; 2]> {
@@ -446,10 +452,8 @@ impl Future for UringOp<'_> {
             if let Poll::Ready(r) = this.poll_ready(&mut state, cx) {
                 return Poll::Ready(r);
             }
-            // Pushed, not submitted: the poller submits on its next poll
-            // every entry pushed until then, in one system call (or this
-            // future becomes the poller and does so after the executor
-            // ran the other ready tasks).
+            // Pushed: submitted now if another future polls the ring, else
+            // this future becomes the poller and submits on its next poll.
             if let Stage::InFlight { slot, .. } = this.stage {
                 state.park(slot, cx.waker());
             }

@@ -230,6 +230,32 @@ mod tests {
         set.shutdown().unwrap();
     }
 
+    /// An entry pushed while another future polls the ring goes to the
+    /// kernel at once, not with the poller's next wait.
+    #[test]
+    fn an_entry_pushed_behind_the_poller_is_submitted_at_once() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let (ch, mut tx) = pipe_channel();
+                let mut first = Box::pin(ch.read(0, ch.alloc(4096).unwrap()));
+                // Push, then (as the poller) submit and wait once in vain.
+                assert!(futures::poll!(&mut first).is_pending());
+                assert!(futures::poll!(&mut first).is_pending());
+                assert!(!ch.unsubmitted());
+                let mut second = Box::pin(ch.read(0, ch.alloc(4096).unwrap()));
+                assert!(futures::poll!(&mut second).is_pending());
+                assert!(!ch.unsubmitted(), "the second read waits for the poller");
+                tx.write_all(&[4u8; 8192]).unwrap();
+                let (a, b) = futures::join!(first, second);
+                for back in [a.unwrap(), b.unwrap()] {
+                    assert!(back.as_slice().iter().all(|&b| b == 4));
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
     /// With only flushes in flight the poller sleeps on its eventfd at
     /// once: short kernel waits would all run out before a disk's flush.
     #[test]
