@@ -1,5 +1,5 @@
 //! `ferrite bench jobs`: a random DAG of no-op tasks run by worker
-//! processes; reports tasks per second and the delay from "constraints
+//! processes (and the engine's own streams with `--engine-slots`); reports tasks per second and the delay from "constraints
 //! satisfied" (`ready_ns`, stamped by the resource manager) to "task started"
 //! (`start_ns`, stamped by the worker), both read back from the job's state.
 //!
@@ -35,6 +35,12 @@ pub struct BenchJobsOptions {
     /// Execution streams per worker.
     #[arg(long, default_value_t = 1)]
     pub xstreams: u32,
+    /// Execution streams the engine itself offers (its xstreams run tasks
+    /// next to the workers'): the embedded engine is started with them;
+    /// with `--engine`, give the engine's `task_slots` so the bench waits
+    /// for it too.
+    #[arg(long, default_value_t = 0)]
+    pub engine_slots: u32,
     /// Tasks granted to one execution stream at once.
     #[arg(long, default_value_t = 256)]
     pub depth: u32,
@@ -59,7 +65,7 @@ pub struct BenchJobsOptions {
     #[arg(long)]
     pub store: Option<String>,
     /// Workers' task state objects: one SQLite file per task, or per job.
-    #[arg(long, value_enum, default_value_t = Layout::PerJob)]
+    #[arg(long, default_value_t = Layout::PerJob)]
     pub task_state: Layout,
     /// Write the DAG as JSON to this file and exit.
     #[arg(long)]
@@ -72,6 +78,7 @@ pub struct BenchJobsReport {
     pub tasks: usize,
     pub workers: u32,
     pub xstreams: u32,
+    pub engine_slots: u32,
     pub submit_s: f64,
     /// From the first task ready to the last task finished.
     pub run_s: f64,
@@ -155,7 +162,7 @@ fn spawn_workers(
                 &o.xstreams.to_string(),
             ])
             .args(["--name", &format!("bench-w{w}")])
-            .args(["--task-state", layout_arg(o.task_state)])
+            .args(["--task-state", &o.task_state.to_string()])
             .arg("--state-dir")
             .arg(dir.join(format!("w{w}")))
             .stdin(Stdio::null())
@@ -166,13 +173,6 @@ fn spawn_workers(
     Ok(children)
 }
 
-fn layout_arg(layout: Layout) -> &'static str {
-    match layout {
-        Layout::PerTask => "per-task",
-        Layout::PerJob => "per-job",
-    }
-}
-
 /// Runs the benchmark against `addr` with worker processes it starts.
 pub fn run_against(o: &BenchJobsOptions, addr: &str) -> Result<BenchJobsReport, JobsError> {
     let preds = random_dag(o.tasks, (o.min_deps, o.max_deps), o.window, o.seed);
@@ -181,7 +181,8 @@ pub fn run_against(o: &BenchJobsOptions, addr: &str) -> Result<BenchJobsReport, 
     let dir = tempfile::tempdir().map_err(JobsError::io("temp dir"))?;
     let _workers = spawn_workers(o, addr, dir.path())?;
     let mut client = JobClient::connect(addr)?;
-    client.wait_resources(o.workers)?;
+    // Workers, and the engine when it offers streams.
+    client.wait_resources(o.workers + u32::from(o.engine_slots > 0))?;
     let store = match o.store.as_deref() {
         None => None,
         Some("embedded") => Some(embedded_store()?),
@@ -237,6 +238,7 @@ fn report(
         tasks: status.tasks.len(),
         workers: o.workers,
         xstreams: o.xstreams,
+        engine_slots: o.engine_slots,
         submit_s,
         run_s,
         tasks_per_s: status.tasks.len() as f64 / run_s.max(1e-9),

@@ -27,6 +27,9 @@
 //! max_frame_bytes = "8M"
 //! max_inflight_per_connection = 256
 //! max_connections = 4096
+//!
+//! [jobs]
+//! task_slots = 0                          # execution streams the engine offers to jobs
 //! ```
 //!
 //! ```
@@ -68,6 +71,20 @@ pub struct EngineConfig {
     pub fabric: FabricConfig,
     pub cache: CacheConfig,
     pub limits: LimitsConfig,
+    pub jobs: JobsConfig,
+}
+
+/// The engine's part in DAG jobs.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobsConfig {
+    /// Execution streams this engine offers the resource manager, next to
+    /// those of `ferrite worker` processes: stream `x` runs its granted
+    /// tasks on xstream `x mod xstreams`, in the background task class
+    /// (storage steps straight on the targets, `exec` steps on the
+    /// xstream's blocking-thread pool). 0, the default, leaves tasks to
+    /// workers, so job tasks never compete with client I/O unless asked.
+    pub task_slots: u32,
 }
 
 /// Where to listen.
@@ -153,6 +170,7 @@ impl Default for EngineConfig {
             fabric: FabricConfig::default(),
             cache: CacheConfig::default(),
             limits: LimitsConfig::default(),
+            jobs: JobsConfig::default(),
         }
     }
 }

@@ -33,4 +33,4 @@ pub mod region;
 pub mod server;
 pub mod store;
 pub mod target;
-pub use server::{Engine, EngineHandle};
+pub use server::{Engine, EngineHandle, Router};

@@ -3,35 +3,16 @@
 //! resources with their roots ready, cancel ends them, and a restarted
 //! service finds every job again from its files.
 
-use std::io::{BufReader, BufWriter, Write};
-use std::net::TcpStream;
+mod jobs_support;
 
 use ferrite_engine::jobs::state::JobState;
 use ferrite_engine::jobs::{JobService, JobServiceConfig};
+use std::io::Write;
+
 use ferrite_proto::rpc_jobs::{
     read_frame, write_frame, JobPhase, SpecFormat, TaskPhase, ToEngine, ToPeer,
 };
-
-struct Peer {
-    input: BufReader<TcpStream>,
-    output: BufWriter<TcpStream>,
-}
-
-impl Peer {
-    fn connect(service: &JobService) -> Peer {
-        let s = TcpStream::connect(service.addr()).unwrap();
-        Peer {
-            input: BufReader::new(s.try_clone().unwrap()),
-            output: BufWriter::new(s),
-        }
-    }
-
-    fn ask(&mut self, msg: ToEngine) -> ToPeer {
-        write_frame(&mut self.output, &msg).unwrap();
-        self.output.flush().unwrap();
-        read_frame(&mut self.input).unwrap().expect("an answer")
-    }
-}
+use jobs_support::Peer;
 
 fn submit(text: &str) -> ToEngine {
     ToEngine::Submit {

@@ -29,5 +29,7 @@ pub mod rpc;
 pub mod rpc_jobs;
 #[cfg(feature = "sqlite")]
 pub mod state_sql;
+#[cfg(feature = "jobs")]
+pub mod tasks;
 
 pub use error::FormatError;

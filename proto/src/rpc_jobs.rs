@@ -360,6 +360,10 @@ pub struct JobStatus {
     /// ([`output_key`]), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<String>,
+    /// The coordinator slot that split the job into tasks
+    /// (`engine/coordinator-N`), once one was granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<String>,
 }
 
 /// One line of `ferrite job list`.

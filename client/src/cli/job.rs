@@ -76,7 +76,7 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// Task state objects: one SQLite file per task, or per job.
-    #[arg(long, value_enum, default_value_t = Layout::PerJob)]
+    #[arg(long, default_value_t = Layout::PerJob)]
     pub task_state: Layout,
 }
 
@@ -288,12 +288,13 @@ pub fn bench(a: crate::cli::bench::BenchJobsArgs) -> anyhow::Result<()> {
         }
     } else {
         println!(
-            "bench jobs: {} no-op tasks, {} workers x {} xstreams: {:.0} tasks/s (run {:.3} s, submit {:.3} s); \
+            "bench jobs: {} no-op tasks, {} workers x {} xstreams, {} engine streams: {:.0} tasks/s (run {:.3} s, submit {:.3} s); \
              ready->started delay p50 {:.0} us, p99 {:.0} us, max {:.0} us; \
              last predecessor end->started p50 {:.0} us, p99 {:.0} us",
             report.tasks,
             report.workers,
             report.xstreams,
+            report.engine_slots,
             report.tasks_per_s,
             report.run_s,
             report.submit_s,
@@ -315,9 +316,25 @@ fn bench_embedded(
     let dir = tempfile::tempdir()?;
     let mut config = JobServiceConfig::new(dir.path().join("jobs"));
     config.depth = o.depth;
-    let service = JobService::start(config)?;
+    if o.engine_slots == 0 {
+        let service = JobService::start(config)?;
+        let report = ferrite_client::bench_jobs::run_against(o, &service.addr().to_string())?;
+        service.shutdown();
+        return Ok(report);
+    }
+    // An engine whose xstreams run tasks: one per stream, as cores allow.
+    let cores = ferrite_xstream::allowed_cores()?.len().max(1);
+    let mut engine_config = ferrite_engine::config::EngineConfig::for_temp_dir(dir.path());
+    engine_config.xstreams = Some((o.engine_slots as usize).clamp(1, cores));
+    let engine = ferrite_engine::Engine::start(engine_config)?;
+    let router = engine.router();
+    config.task_slots = o.engine_slots;
+    config.router = Some(router);
+    let last = ferrite_xstream::XstreamId(engine.mesh().len() - 1);
+    let service = JobService::start_on(config, engine.mesh(), last)?;
     let report = ferrite_client::bench_jobs::run_against(o, &service.addr().to_string())?;
     service.shutdown();
+    engine.shutdown()?;
     Ok(report)
 }
 

@@ -26,12 +26,8 @@ pub enum JobsError {
     Closed,
     #[error("unexpected answer from the job service: {0}")]
     Unexpected(String),
-    #[error("task state file {path}: {source}")]
-    State {
-        path: String,
-        #[source]
-        source: rusqlite::Error,
-    },
+    #[error(transparent)]
+    State(#[from] ferrite_proto::tasks::state::TaskStateError),
     #[error("engine holding the task records: {0}")]
     Store(String),
     #[error(transparent)]

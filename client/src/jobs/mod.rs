@@ -1,7 +1,8 @@
 //! DAG jobs from the client side: the [`api::JobClient`] the CLI uses, the
-//! worker that offers execution streams and runs tasks ([`worker`]), the task
-//! state objects it keeps ([`task_state`]) and the terminal picture of a job
-//! ([`picture`]).
+//! worker that offers execution streams and runs tasks ([`worker`], with the
+//! runner shared with the engine, [`ferrite_proto::tasks`]; [`node`] is what
+//! the worker gives it), the task state objects it keeps ([`task_state`])
+//! and the terminal picture of a job ([`picture`]).
 //!
 //! ```no_run
 //! use ferrite_client::jobs::api::JobClient;
@@ -17,12 +18,14 @@
 
 pub mod api;
 pub mod error;
+pub mod node;
 pub mod outputs;
 pub mod picture;
-pub mod run;
-pub mod steps;
-pub mod task_state;
 pub mod worker;
+
+/// The task runner, storage steps and task state objects, shared with the
+/// engine's own execution streams.
+pub use ferrite_proto::tasks::{run, state as task_state, steps};
 
 pub use api::JobClient;
 pub use error::JobsError;

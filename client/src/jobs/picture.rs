@@ -62,6 +62,9 @@ pub fn render(status: &JobStatus) -> String {
         count(TaskPhase::Running),
         count(TaskPhase::Failed)
     );
+    if let Some(c) = &status.coordinator {
+        let _ = writeln!(out, "split by {c}");
+    }
     if let Some(c) = &status.cause {
         let _ = writeln!(out, "cause: {c}");
     }
@@ -158,13 +161,15 @@ mod tests {
             edges: vec![(1, 2), (1, 3), (2, 0), (3, 0)],
             answered: vec![],
             store: None,
+            coordinator: Some("engine/coordinator-3".into()),
         };
         assert_eq!(levels(4, &status.edges), vec![2, 0, 1, 1]);
         let pic = render(&status);
         let lines: Vec<&str> = pic.lines().collect();
         assert!(lines[0].contains("2/4 done, 1 running"), "{pic}");
-        assert_eq!(lines[1], "level   0  ✓ root");
-        assert_eq!(lines[2], "level   1  ▶ left ◀ root   ✓ right ◀ root");
-        assert_eq!(lines[3], "level   2  · join ◀ left,right");
+        assert_eq!(lines[1], "split by engine/coordinator-3");
+        assert_eq!(lines[2], "level   0  ✓ root");
+        assert_eq!(lines[3], "level   1  ▶ left ◀ root   ✓ right ◀ root");
+        assert_eq!(lines[4], "level   2  · join ◀ left,right");
     }
 }

@@ -14,18 +14,14 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, RwLock};
 
-use ferrite_proto::rpc_jobs::{
-    read_frame, write_frame, TaskGrant, TaskResult, TaskRow, ToEngine, ToPeer,
-};
+use ferrite_proto::rpc_jobs::{read_frame, write_frame, TaskGrant, TaskResult, ToEngine, ToPeer};
+use ferrite_proto::tasks::recorder::{record_loop, run_granted, Answer, Objects, RecMsg};
 
 use super::api::service_addr;
 use super::error::JobsError;
-use super::run::{decode_task, is_trivial, now_ns, run_task};
-use super::task_state::{Layout, RowUpdate, TaskState};
+use super::node::{run_here, WorkerThread};
+use super::task_state::{Layout, RowUpdate};
 use crate::client::Client;
-
-/// Updates handled per batch by the recorder.
-const RECORD_BATCH: usize = 8192;
 
 /// How a worker runs.
 #[derive(Debug, Clone)]
@@ -40,13 +36,6 @@ pub struct WorkerConfig {
     pub state_dir: PathBuf,
     /// One task state file per task, or per job.
     pub layout: Layout,
-}
-
-enum RecMsg {
-    Granted(u128, RowUpdate),
-    Update(u128, RowUpdate),
-    Finished(TaskResult),
-    Query { query: u64, job: u128 },
 }
 
 type Revoked = Arc<RwLock<HashSet<u128>>>;
@@ -83,15 +72,11 @@ pub fn run_worker(config: &WorkerConfig) -> Result<(), JobsError> {
     tracing::info!(node, xstreams, "worker joined");
     let revoked: Revoked = Arc::default();
     let (rec_tx, rec_rx) = mpsc::channel();
-    let objects = Objects {
-        dir: config.state_dir.clone(),
-        node: node.clone(),
-        layout: config.layout,
-        open: HashMap::new(),
-    };
+    let objects = Objects::new(config.state_dir.clone(), node.clone(), config.layout);
+    let report = move |results, answers| send_batch(&mut output, results, answers).is_ok();
     let recorder = std::thread::Builder::new()
         .name("worker-record".into())
-        .spawn(move || record_loop(objects, rec_rx, output))
+        .spawn(move || record_loop(objects, rec_rx, report))
         .map_err(JobsError::io("spawn"))?;
     let mut queues = Vec::new();
     let mut threads = Vec::new();
@@ -138,13 +123,7 @@ fn read_loop(
                     None => None,
                 };
                 for g in tasks {
-                    let row = RowUpdate::Granted {
-                        idx: g.idx,
-                        id: g.id.clone(),
-                        attempt: g.attempt,
-                        xstream: g.xstream,
-                        ready_ns: g.ready_ns,
-                    };
+                    let row = RowUpdate::granted(&g);
                     let _ = rec.send(RecMsg::Granted(g.job, row));
                     let q = &queues[g.xstream as usize % queues.len()];
                     if q.send((g, client.clone())).is_err() {
@@ -182,171 +161,33 @@ fn store_client(
 fn xstream_loop(rx: Receiver<Work>, rec: Sender<RecMsg>, revoked: Revoked) {
     let mut buf = Vec::new();
     while let Ok((g, store)) = rx.recv() {
-        if revoked.read().is_ok_and(|r| r.contains(&g.job)) {
-            let row = RowUpdate::Dropped {
-                idx: g.idx,
-                attempt: g.attempt,
-            };
-            let _ = rec.send(RecMsg::Update(g.job, row));
-            continue;
-        }
-        let start_ns = now_ns();
-        let result = match decode_task(&g, store.as_deref(), &mut buf) {
-            Ok(spec) => {
-                if !is_trivial(&spec) {
-                    let row = RowUpdate::Started {
-                        idx: g.idx,
-                        attempt: g.attempt,
-                        start_ns,
-                    };
-                    let _ = rec.send(RecMsg::Update(g.job, row));
-                }
-                run_task(&g, &spec, start_ns, store.as_deref())
-            }
-            Err(error) => TaskResult {
-                job: g.job,
-                idx: g.idx,
-                attempt: g.attempt,
-                xstream: g.xstream,
-                start_ns,
-                end_ns: now_ns(),
-                exit_code: -1,
-                error: Some(error),
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-            },
-        };
-        if rec.send(RecMsg::Finished(result)).is_err() {
+        let dropped = revoked.read().is_ok_and(|r| r.contains(&g.job));
+        let store = store.as_deref();
+        let msg = run_here(run_granted(
+            &g,
+            dropped,
+            store,
+            &WorkerThread,
+            &mut buf,
+            &rec,
+        ));
+        if rec.send(msg).is_err() {
             return;
         }
     }
 }
 
-/// The task state objects this node writes, open while their tasks run.
-struct Objects {
-    dir: PathBuf,
-    node: String,
-    layout: Layout,
-    /// (job, task index for [`Layout::PerTask`]) -> open file.
-    open: HashMap<(u128, Option<u32>), TaskState>,
-}
-
-impl Objects {
-    /// Applies one batch of updates of `job`, in one transaction per file.
-    fn apply(&mut self, job: u128, updates: Vec<RowUpdate>) -> Result<(), JobsError> {
-        if self.layout == Layout::PerJob {
-            return self.file(job, None, None)?.apply(&updates);
-        }
-        let mut by_task: HashMap<u32, Vec<RowUpdate>> = HashMap::new();
-        for u in updates {
-            by_task.entry(u.idx()).or_default().push(u);
-        }
-        for (idx, updates) in by_task {
-            let id = updates.iter().find_map(|u| match u {
-                RowUpdate::Granted { id, .. } => Some(id.as_str()),
-                _ => None,
-            });
-            self.file(job, Some(idx), id)?.apply(&updates)?;
-            if updates.last().is_some_and(RowUpdate::ends) {
-                self.open.remove(&(job, Some(idx)));
-            }
-        }
-        Ok(())
-    }
-
-    fn file(
-        &mut self,
-        job: u128,
-        idx: Option<u32>,
-        id: Option<&str>,
-    ) -> Result<&mut TaskState, JobsError> {
-        use std::collections::hash_map::Entry;
-        let st = match self.open.entry((job, idx)) {
-            Entry::Occupied(e) => return Ok(e.into_mut()),
-            Entry::Vacant(v) => v,
-        };
-        let file = match (idx, id) {
-            (None, _) => TaskState::open(&self.dir, job, &self.node)?,
-            (Some(idx), Some(id)) => TaskState::open_task(&self.dir, job, idx, id, &self.node)?,
-            (Some(idx), None) => {
-                return Err(JobsError::Unexpected(format!(
-                    "update of task {idx} of job {job:032x} before its grant"
-                )))
-            }
-        };
-        Ok(st.insert(file))
-    }
-
-    /// The rows of `job` this node holds.
-    fn rows(&self, job: u128) -> Result<Vec<TaskRow>, JobsError> {
-        match self.layout {
-            Layout::PerJob => match self.open.get(&(job, None)) {
-                Some(f) => f.rows(),
-                None => Ok(Vec::new()),
-            },
-            Layout::PerTask => TaskState::rows_of_tasks(&self.dir, job),
-        }
-    }
-}
-
-fn record_loop(mut objects: Objects, rx: Receiver<RecMsg>, mut out: BufWriter<TcpStream>) {
-    while let Ok(first) = rx.recv() {
-        let mut updates: HashMap<u128, Vec<RowUpdate>> = HashMap::new();
-        let mut results = Vec::new();
-        let mut queries = Vec::new();
-        let mut next = Some(first);
-        let mut n = 0;
-        while let Some(msg) = next {
-            match msg {
-                RecMsg::Granted(job, u) | RecMsg::Update(job, u) => {
-                    updates.entry(job).or_default().push(u)
-                }
-                RecMsg::Finished(r) => {
-                    let u = RowUpdate::Finished {
-                        idx: r.idx,
-                        attempt: r.attempt,
-                        start_ns: r.start_ns,
-                        end_ns: r.end_ns,
-                        exit_code: r.exit_code,
-                        error: r.error.clone(),
-                    };
-                    updates.entry(r.job).or_default().push(u);
-                    results.push(r);
-                }
-                RecMsg::Query { query, job } => queries.push((query, job)),
-            }
-            n += 1;
-            next = if n < RECORD_BATCH {
-                rx.try_recv().ok()
-            } else {
-                None
-            };
-        }
-        for (job, u) in updates {
-            if let Err(e) = objects.apply(job, u) {
-                tracing::error!("task state: {e}");
-            }
-        }
-        if send_batch(&mut out, &objects, results, queries).is_err() {
-            return;
-        }
-    }
-}
-
+/// Writes the frames reporting one batch: finished tasks, then the rows
+/// asked for by status queries.
 fn send_batch(
     out: &mut BufWriter<TcpStream>,
-    objects: &Objects,
     results: Vec<TaskResult>,
-    queries: Vec<(u64, u128)>,
+    answers: Vec<Answer>,
 ) -> Result<(), JobsError> {
     if !results.is_empty() {
         write_frame(out, &ToEngine::Finished { results })?;
     }
-    for (query, job) in queries {
-        let rows = objects.rows(job).unwrap_or_else(|e| {
-            tracing::error!("task state: {e}");
-            Vec::new()
-        });
+    for (query, job, rows) in answers {
         write_frame(out, &ToEngine::StatusRows { query, job, rows })?;
     }
     out.flush().map_err(JobsError::io("report"))

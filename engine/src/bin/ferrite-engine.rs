@@ -3,6 +3,7 @@
 //! ```text
 //! ferrite-engine --config engine.toml
 //! ferrite-engine --data-dir /tmp/f --xstreams 2 --tcp 127.0.0.1:7600 --unix /tmp/f/engine.sock
+//! ferrite-engine --data-dir /tmp/f --task-slots 2   # its xstreams run job tasks too
 //! ```
 //!
 //! Prints one `listen URL` line per listener, one `region ...` line per
@@ -67,6 +68,10 @@ struct Args {
     /// picks one, "" disables. Workers connect here (`ferrite worker`).
     #[arg(long, default_value = "127.0.0.1:0")]
     jobs: String,
+    /// Execution streams this engine offers to jobs (`[jobs] task_slots`):
+    /// granted tasks run on its xstreams; 0 leaves them to workers.
+    #[arg(long)]
+    task_slots: Option<u32>,
 }
 
 fn build_config(args: Args) -> Result<EngineConfig, String> {
@@ -113,6 +118,9 @@ fn build_config(args: Args) -> Result<EngineConfig, String> {
     if let Some(ms) = args.flush_interval_ms {
         c.flush_interval_ms = ms;
     }
+    if let Some(n) = args.task_slots {
+        c.jobs.task_slots = n;
+    }
     Ok(c)
 }
 
@@ -156,6 +164,7 @@ fn main() -> ExitCode {
     };
     let signals = block_signals();
     let jobs_dir = config.data_dir.join("jobs");
+    let task_slots = config.jobs.task_slots;
     let durability = config.durability;
     let engine = match Engine::start(config) {
         Ok(e) => e,
@@ -165,7 +174,7 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "ferrite-engine: {} targets, durability {}",
+        "ferrite-engine: {} targets, durability {}, task slots {task_slots}",
         engine.target_count(),
         durability.as_str()
     );
@@ -184,7 +193,7 @@ fn main() -> ExitCode {
         .urls()
         .into_iter()
         .min_by_key(|u| !u.starts_with("unix://"));
-    let jobs = match start_jobs(&jobs_listen, jobs_dir, store, engine.mesh()) {
+    let jobs = match start_jobs(&jobs_listen, jobs_dir, store, task_slots, &engine) {
         Ok(j) => j,
         Err(e) => {
             eprintln!("ferrite-engine: job service: {e}");
@@ -212,8 +221,10 @@ fn start_jobs(
     listen: &str,
     state_dir: PathBuf,
     store: Option<String>,
-    mesh: &ferrite_xstream::Mesh,
+    task_slots: u32,
+    engine: &ferrite_engine::EngineHandle,
 ) -> Result<Option<JobService>, String> {
+    let mesh = engine.mesh();
     if listen.is_empty() {
         return Ok(None);
     }
@@ -226,6 +237,8 @@ fn start_jobs(
     let config = JobServiceConfig {
         listen: addr,
         store,
+        task_slots,
+        router: Some(engine.router()),
         ..JobServiceConfig::new(state_dir)
     };
     let service = JobService::start_on(config, mesh, xstream).map_err(|e| e.to_string())?;

@@ -10,7 +10,9 @@
 //! - [`state`]: the job state object, a standalone SQLite file per job.
 //! - [`service`]: the listener that workers and the CLI talk to
 //!   (`ferrite_proto::rpc_jobs` frames), driving the manager from one task
-//!   in the control task class of an xstream, fed by mesh messages.
+//!   in the control task class of an xstream, fed by mesh messages; with
+//!   task slots, the engine's own xstreams run granted tasks too, with the
+//!   runner workers use (`ferrite_proto::tasks`).
 //!
 //! ```
 //! use std::sync::Arc;

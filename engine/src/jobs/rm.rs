@@ -156,6 +156,13 @@ impl ResourceManager {
         self.serve();
     }
 
+    /// No stream of `node` is granted to `job` (call before the job's
+    /// [`Event::JobSubmitted`]): the engine's own streams (node 0) cannot
+    /// reach a job's store in another engine.
+    pub fn keep_off(&mut self, job: u128, node: NodeId) {
+        self.resources.keep_off(job, node);
+    }
+
     /// Actions produced since the last call.
     pub fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)

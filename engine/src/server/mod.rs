@@ -231,6 +231,40 @@ impl Engine {
     }
 }
 
+/// Runs requests on an engine's targets from inside its process, as if
+/// they had come over a connection (see [`EngineHandle::router`]).
+#[derive(Clone)]
+pub struct Router {
+    shared: Arc<Shared>,
+    urls: Vec<String>,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router").field("urls", &self.urls).finish()
+    }
+}
+
+impl Router {
+    /// Runs one request (a batch fans out to the owning targets) and
+    /// returns its reply. Call it from an xstream of the engine: a request
+    /// for that xstream's target runs in place, others go over the mesh.
+    pub async fn execute(&self, req: ferrite_proto::rpc::Request) -> ferrite_proto::rpc::Reply {
+        route::execute(&self.shared, req).await
+    }
+
+    /// The engine's URLs when the router was taken (clients name the
+    /// engine by one of them).
+    pub fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
+    /// The mesh of the engine's xstreams.
+    pub fn mesh(&self) -> &Mesh {
+        &self.shared.mesh
+    }
+}
+
 impl EngineHandle {
     fn listen(&mut self, config: &EngineConfig) -> Result<()> {
         let mesh = self.shared.mesh.clone();
@@ -257,6 +291,16 @@ impl EngineHandle {
     /// them, like the job service's resource manager, send them there).
     pub fn mesh(&self) -> &Mesh {
         &self.shared.mesh
+    }
+
+    /// The engine's request router, for services inside this process that
+    /// read and write records (the job service's own execution streams):
+    /// requests go to their owning targets over the mesh, with no RPC.
+    pub fn router(&self) -> Router {
+        Router {
+            shared: self.shared.clone(),
+            urls: self.urls(),
+        }
     }
 
     /// The bound TCP address, if TCP is enabled.

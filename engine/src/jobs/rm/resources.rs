@@ -27,6 +27,9 @@ pub(super) struct Resources {
     wanted: HashMap<u128, u32>,
     /// Jobs with a request, served round robin.
     requests: VecDeque<u128>,
+    /// Jobs that must not run on a node (the engine's own streams cannot
+    /// reach a job's store in another engine).
+    keep_off: HashMap<u128, NodeId>,
 }
 
 impl Resources {
@@ -38,7 +41,13 @@ impl Resources {
             node_order: Vec::new(),
             wanted: HashMap::new(),
             requests: VecDeque::new(),
+            keep_off: HashMap::new(),
         }
+    }
+
+    /// No stream of `node` is granted to `job`.
+    pub fn keep_off(&mut self, job: u128, node: NodeId) {
+        self.keep_off.insert(job, node);
     }
 
     pub fn offer(&mut self, node: NodeId, name: String, xstreams: u32) {
@@ -83,12 +92,12 @@ impl Resources {
         }
     }
 
-    /// The alive stream with the most free grants.
-    fn best_stream(&self) -> Option<(NodeId, u32)> {
+    /// The alive stream with the most free grants, not on `avoid`.
+    fn best_stream(&self, avoid: Option<NodeId>) -> Option<(NodeId, u32)> {
         let mut best: Option<(NodeId, u32, u32)> = None;
         for &id in &self.node_order {
             let node = &self.nodes[&id];
-            if !node.alive {
+            if !node.alive || avoid == Some(id) {
                 continue;
             }
             for (x, &f) in node.free.iter().enumerate() {
@@ -104,14 +113,23 @@ impl Resources {
     /// jobs; returns the streams granted to each job, in grant order.
     pub fn serve(&mut self) -> Vec<(u128, Vec<(NodeId, u32)>)> {
         let mut out: Vec<(u128, Vec<(NodeId, u32)>)> = Vec::new();
+        // Jobs passed over in a row: none of them can use a free stream.
+        let mut passed = 0;
         while let Some(&job) = self.requests.front() {
             if !self.wanted.contains_key(&job) {
                 self.requests.pop_front();
                 continue;
             }
-            let Some((node_id, x)) = self.best_stream() else {
-                break;
+            let avoid = self.keep_off.get(&job).copied();
+            let Some((node_id, x)) = self.best_stream(avoid) else {
+                passed += 1;
+                if avoid.is_none() || passed >= self.requests.len() {
+                    break;
+                }
+                self.requests.rotate_left(1);
+                continue;
             };
+            passed = 0;
             let left = self.wanted.get_mut(&job).map_or(0, |left| {
                 *left -= 1;
                 *left
@@ -156,6 +174,7 @@ impl Resources {
             *s = None;
         }
         self.wanted.remove(&job);
+        self.keep_off.remove(&job);
         let mut revoked = Vec::new();
         for id in nodes {
             let Some(node) = self.nodes.get_mut(id) else {

@@ -13,10 +13,11 @@ use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::StreamExt;
 
 use super::gather::{Gather, Watch};
+use super::local::LocalNode;
 use super::recorder::{self, RecordCmd};
-use super::{now_ns, ConnId, Input, JobServiceConfig, Out};
+use super::{now_ns, task_grants, ConnId, Inbox, Input, JobServiceConfig, Out, ENGINE_NODE};
 use crate::jobs::error::JobError;
-use crate::jobs::rm::{coordinator_name, Action, Event, NodeId, ResourceManager};
+use crate::jobs::rm::{coordinator_name, Action, Assignment, Event, NodeId, ResourceManager};
 use crate::jobs::spec::{parse_spec, JobGraph};
 use crate::jobs::state::{JobMeta, JobState};
 
@@ -56,7 +57,12 @@ pub(super) struct Control {
     inbox: UnboundedSender<Input>,
     /// Jobs whose state file is being written: their ids are taken.
     creating: HashSet<u128>,
+    /// The engine's own execution streams (node [`LOCAL`]), if it offers any.
+    pub local: Option<LocalNode>,
 }
+
+/// The node id of the engine's own execution streams.
+pub(super) const LOCAL: NodeId = 0;
 
 /// A job that had ended before the service started.
 pub(super) struct Archived {
@@ -100,8 +106,19 @@ pub fn job_state_path(dir: &Path, job: u128) -> PathBuf {
 
 impl Control {
     /// `inbox` feeds the control task's own receiver (see [`Self::run`]).
-    pub fn new(config: &JobServiceConfig, inbox: UnboundedSender<Input>) -> Result<Self, JobError> {
+    pub fn new(config: &JobServiceConfig, inbox: Inbox) -> Result<Self, JobError> {
         let (tx, thread) = recorder::start(config.state_dir.clone())?;
+        let local = match config.task_slots {
+            0 => None,
+            slots => Some(LocalNode::start(
+                ENGINE_NODE.to_string(),
+                slots,
+                inbox.mesh.clone(),
+                config.router.clone(),
+                config.state_dir.join("tasks"),
+                inbox.clone(),
+            )?),
+        };
         let mut me = Self {
             rm: ResourceManager::new(config.coordinator_slots, config.depth),
             state_dir: config.state_dir.clone(),
@@ -119,8 +136,9 @@ impl Control {
             waiters: Vec::new(),
             stores: HashMap::new(),
             default_store: config.store.clone(),
-            inbox,
+            inbox: inbox.tx,
             creating: HashSet::new(),
+            local,
         };
         me.restore()?;
         Ok(me)
@@ -148,6 +166,7 @@ impl Control {
                 self.archived.insert(job, Archived::read(&st, meta)?);
                 continue;
             }
+            self.keep_off_local(meta.job, meta.store.as_deref());
             if let Some(url) = meta.store {
                 self.stores.insert(meta.job, (url, meta.records_in_store));
             }
@@ -168,9 +187,28 @@ impl Control {
         Ok(())
     }
 
+    /// The engine's own streams cannot reach a store in another engine:
+    /// the manager keeps such a job off them.
+    fn keep_off_local(&mut self, job: u128, store: Option<&str>) {
+        if self.local.as_ref().is_some_and(|l| !l.reaches(store)) {
+            self.rm.keep_off(job, LOCAL);
+        }
+    }
+
     /// The control task: waits for inputs, handles each batch, then sends
     /// what the manager decided. Runs until [`Input::Stop`].
     pub async fn run(mut self, mut rx: UnboundedReceiver<Input>) {
+        // The engine offers its own streams from its xstream, where their
+        // grants can be sent to the other xstreams.
+        if let Some(local) = &self.local {
+            let offer = Event::NodeOffered {
+                node: LOCAL,
+                name: local.name.clone(),
+                xstreams: local.streams,
+            };
+            self.rm.handle(offer, now_ns());
+            self.flush_actions();
+        }
         'outer: while let Some(first) = rx.next().await {
             let mut next = Some(first);
             let mut handled = 0;
@@ -195,6 +233,7 @@ impl Control {
         }
         rx.close();
         self.flush_actions();
+        self.local = None;
         self.conns.clear();
         self.recorder = None;
         if let Some(t) = self.recorder_thread.take() {
@@ -210,6 +249,18 @@ impl Control {
             Input::Frame { conn, msg } => self.frame(conn, msg),
             Input::Created(created) => self.created(created),
             Input::Answer { conn, msg } => self.send(conn, msg),
+            Input::Local { results, answers } => {
+                if !results.is_empty() {
+                    let event = Event::TasksFinished {
+                        node: LOCAL,
+                        results,
+                    };
+                    self.rm.handle(event, now_ns());
+                }
+                for (query, job, rows) in answers {
+                    self.node_rows(LOCAL, query, job, rows);
+                }
+            }
             Input::Closed { conn } => {
                 let node = self.conns.remove(&conn).and_then(|c| c.node);
                 self.watchers.retain(|&(c, _), _| c != conn);
@@ -289,7 +340,8 @@ impl Control {
         let taken = self
             .node_conn
             .keys()
-            .any(|&n| self.rm.node_label(n) == Some(name.as_str()));
+            .any(|&n| self.rm.node_label(n) == Some(name.as_str()))
+            || self.local.as_ref().is_some_and(|l| l.name == name);
         let name = if taken || name.is_empty() {
             format!("{name}#{node}")
         } else {
@@ -448,6 +500,7 @@ impl Control {
         self.creating.remove(&job);
         let reply = match result {
             Ok(graph) => {
+                self.keep_off_local(job, store.as_ref().map(|s| s.0.as_str()));
                 if let Some(store) = store {
                     self.stores.insert(job, store);
                 }
@@ -480,6 +533,11 @@ impl Control {
                         grants.entry((node, t.job)).or_default().push(t);
                     }
                 }
+                Action::Revoke { node: LOCAL, job } => {
+                    if let Some(local) = &self.local {
+                        local.revoke(job);
+                    }
+                }
                 Action::Revoke { node, job } => {
                     if let Some(&c) = self.node_conn.get(&node) {
                         self.send(c, ToPeer::Revoke { job });
@@ -509,6 +567,10 @@ impl Control {
             }
         }
         for ((node, job), tasks) in grants {
+            if node == LOCAL {
+                self.grant_local(job, tasks);
+                continue;
+            }
             let (Some(&conn), Some(graph)) = (self.node_conn.get(&node), self.rm.graph(job)) else {
                 continue;
             };
@@ -526,6 +588,18 @@ impl Control {
                 });
             }
         }
+    }
+
+    /// Sends tasks granted to the engine's own streams to them.
+    fn grant_local(&self, job: u128, tasks: Vec<Assignment>) {
+        let (Some(local), Some(graph)) = (&self.local, self.rm.graph(job)) else {
+            return;
+        };
+        let (store, inline) = match self.stores.get(&job) {
+            Some((_, records)) => (true, !records),
+            None => (false, true),
+        };
+        local.grant(task_grants(graph, tasks, store, inline), store);
     }
 
     fn record(&self, cmd: RecordCmd) {

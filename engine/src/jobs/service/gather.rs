@@ -3,10 +3,10 @@
 
 use ferrite_proto::rpc_jobs::{JobStatus, TaskRow, ToPeer};
 
-use super::control::Control;
+use super::control::{Control, LOCAL};
 use super::ConnId;
 use crate::jobs::error::JobError;
-use crate::jobs::rm::NodeId;
+use crate::jobs::rm::{coordinator_name, NodeId};
 use crate::jobs::state::JobState;
 
 /// A status query waiting for nodes.
@@ -52,7 +52,11 @@ impl Control {
         self.next_query += 1;
         let waiting = self.rm.nodes_of(job);
         for node in &waiting {
-            if let Some(&c) = self.node_conn.get(node) {
+            if *node == LOCAL {
+                if let Some(local) = &self.local {
+                    local.query(query, job);
+                }
+            } else if let Some(&c) = self.node_conn.get(node) {
                 self.send(c, ToPeer::StatusQuery { query, job });
             }
         }
@@ -79,9 +83,13 @@ impl Control {
         job: u128,
         rows: Vec<TaskRow>,
     ) {
-        let Some(node) = self.conns.get(&conn).and_then(|c| c.node) else {
-            return;
-        };
+        if let Some(node) = self.conns.get(&conn).and_then(|c| c.node) {
+            self.node_rows(node, query, job, rows);
+        }
+    }
+
+    /// `node` answered status query `query` with the rows it holds.
+    pub(super) fn node_rows(&mut self, node: NodeId, query: u64, job: u128, rows: Vec<TaskRow>) {
         let label = self.rm.node_label(node).unwrap_or("?").to_string();
         if let Some(g) = self.gathers.get_mut(&query) {
             if g.job == job && g.waiting.contains(&node) {
@@ -165,6 +173,7 @@ impl Control {
             edges: graph.edges(),
             answered,
             store: self.stores.get(&job).map(|s| s.0.clone()),
+            coordinator: self.rm.coordinator_slot(job).map(coordinator_name),
         })
     }
 
@@ -204,5 +213,6 @@ fn archived_status(path: &std::path::Path) -> Result<JobStatus, JobError> {
         edges: st.edges()?,
         answered: Vec::new(),
         store: meta.store,
+        coordinator: meta.coordinator,
     })
 }

@@ -1,7 +1,8 @@
 //! The job service: a TCP listener (127.0.0.1 by default) for workers and
 //! the CLI; the resource manager as one task in the control task class of
 //! an xstream (the engine's own, or one the service starts when it runs by
-//! itself); one recorder thread that updates the job state files (a new
+//! itself); with task slots, the engine's own execution streams as node 0
+//! ([`local`]); one recorder thread that updates the job state files (a new
 //! job's file is written, and an ended job's file read for `status`, by the
 //! xstream's blocking-thread pool, so the control task keeps answering
 //! meanwhile); a reader and a writer thread
@@ -18,7 +19,8 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use ferrite_proto::rpc_jobs::{read_frame, write_frame, TaskGrant, ToEngine, ToPeer};
+use ferrite_proto::rpc_jobs::{read_frame, write_frame, TaskGrant, TaskResult, ToEngine, ToPeer};
+use ferrite_proto::tasks::recorder::Answer;
 use ferrite_xstream::{Mesh, TaskClass, XstreamConfig, XstreamId, XstreamSet};
 use futures::channel::mpsc::{unbounded, UnboundedSender};
 use futures::channel::oneshot;
@@ -26,9 +28,11 @@ use futures::channel::oneshot;
 use super::error::JobError;
 use super::rm::Assignment;
 use super::spec::JobGraph;
+use crate::server::Router;
 
 mod control;
 mod gather;
+mod local;
 mod recorder;
 
 /// Where and how the job service runs.
@@ -46,7 +50,20 @@ pub struct JobServiceConfig {
     /// without one (`ferrite-engine` gives its own); `None` keeps them in
     /// the job state file.
     pub store: Option<String>,
+    /// Execution streams the engine itself offers to the resource manager
+    /// (node [`ENGINE_NODE`]): granted tasks run on the engine's xstreams
+    /// (stream `x` on xstream `x mod n`), storage steps through `router`.
+    /// 0: only workers run tasks.
+    pub task_slots: u32,
+    /// The engine's router, for the tasks its own streams run: the jobs
+    /// whose store is this engine (one of its URLs) or none. Without it the
+    /// engine's streams run only jobs without a store.
+    pub router: Option<Router>,
 }
+
+/// The name of the engine's own execution streams in task rows and task
+/// state objects.
+pub const ENGINE_NODE: &str = "engine";
 
 impl JobServiceConfig {
     pub fn new(state_dir: PathBuf) -> Self {
@@ -56,6 +73,8 @@ impl JobServiceConfig {
             coordinator_slots: 16,
             depth: 64,
             store: None,
+            task_slots: 0,
+            router: None,
         }
     }
 }
@@ -94,6 +113,12 @@ enum Input {
     Answer {
         conn: ConnId,
         msg: ToPeer,
+    },
+    /// The engine's own streams finished these tasks, and its recorder
+    /// answered these status queries (their rows are written).
+    Local {
+        results: Vec<TaskResult>,
+        answers: Vec<Answer>,
     },
     Stop,
 }
@@ -180,12 +205,12 @@ impl JobService {
         let listener = TcpListener::bind(config.listen).map_err(JobError::io("bind"))?;
         let addr = listener.local_addr().map_err(JobError::io("local addr"))?;
         let (tx, rx) = unbounded();
-        let control = control::Control::new(&config, tx.clone())?;
         let inbox = Inbox {
             mesh: mesh.clone(),
             xstream,
             tx,
         };
+        let control = control::Control::new(&config, inbox.clone())?;
         let (done_tx, control_done) = oneshot::channel();
         let started = mesh.send(xstream, TaskClass::Control, move || async move {
             control.run(rx).await;
@@ -360,38 +385,50 @@ fn write_out(out: &mut impl Write, item: Out) -> Result<(), JobError> {
             store,
             inline,
         } => {
-            let tasks = tasks
-                .into_iter()
-                .map(|a| {
-                    let (addr, record) = match inline {
-                        true => graph.record(a.idx),
-                        false => (0, &[][..]),
-                    };
-                    let inputs = match store {
-                        Some(_) => graph.inputs[a.idx as usize]
-                            .iter()
-                            .map(|&p| graph.id(p).to_string())
-                            .collect(),
-                        None => Vec::new(),
-                    };
-                    TaskGrant {
-                        job: a.job,
-                        idx: a.idx,
-                        id: graph.id(a.idx).to_string(),
-                        attempt: a.attempt,
-                        xstream: a.xstream,
-                        ready_ns: a.ready_ns,
-                        addr,
-                        record: record.to_vec(),
-                        stdin: a.stdin,
-                        inputs,
-                    }
-                })
-                .collect();
+            let tasks = task_grants(&graph, tasks, store.is_some(), inline);
             write_frame(out, &ToPeer::Grant { tasks, store })?
         }
     }
     Ok(())
+}
+
+/// What a node is sent for each task granted to it: the task record when
+/// `inline` (else the node fetches it from the job's store by key), and
+/// with a `store` the ids of the tasks whose stdout records are its input.
+fn task_grants(
+    graph: &JobGraph,
+    tasks: Vec<Assignment>,
+    store: bool,
+    inline: bool,
+) -> Vec<TaskGrant> {
+    tasks
+        .into_iter()
+        .map(|a| {
+            let (addr, record) = match inline {
+                true => graph.record(a.idx),
+                false => (0, &[][..]),
+            };
+            let inputs = match store {
+                true => graph.inputs[a.idx as usize]
+                    .iter()
+                    .map(|&p| graph.id(p).to_string())
+                    .collect(),
+                false => Vec::new(),
+            };
+            TaskGrant {
+                job: a.job,
+                idx: a.idx,
+                id: graph.id(a.idx).to_string(),
+                attempt: a.attempt,
+                xstream: a.xstream,
+                ready_ns: a.ready_ns,
+                addr,
+                record: record.to_vec(),
+                stdin: a.stdin,
+                inputs,
+            }
+        })
+        .collect()
 }
 
 /// Nanoseconds since the Unix epoch.

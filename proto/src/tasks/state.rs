@@ -13,11 +13,36 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrite_proto::rpc_jobs::{TaskPhase, TaskRow, TASKS_TABLE_SQL};
-use ferrite_proto::state_sql::select_rows;
 use rusqlite::{params, Connection};
 
-use super::error::JobsError;
+use crate::rpc_jobs::{TaskPhase, TaskRow, TASKS_TABLE_SQL};
+use crate::state_sql::select_rows;
+
+/// Why a task state object could not be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskStateError {
+    #[error("task state file {path}: {source}")]
+    Sql {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("task state ({what}): {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("task state: update of task {idx} of job {job:032x} before its grant")]
+    BeforeGrant { job: u128, idx: u32 },
+}
+
+impl TaskStateError {
+    fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Self {
+        move |source| Self::Io { what, source }
+    }
+}
 
 /// A change to one task's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +73,17 @@ pub enum RowUpdate {
 }
 
 impl RowUpdate {
+    /// The row of a task as it arrives on its node.
+    pub fn granted(grant: &crate::rpc_jobs::TaskGrant) -> Self {
+        RowUpdate::Granted {
+            idx: grant.idx,
+            id: grant.id.clone(),
+            attempt: grant.attempt,
+            xstream: grant.xstream,
+            ready_ns: grant.ready_ns,
+        }
+    }
+
     /// The task the update is about.
     pub fn idx(&self) -> u32 {
         match self {
@@ -73,13 +109,33 @@ pub struct TaskState {
 }
 
 /// How a node lays out its task state objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
     /// One SQLite file per task.
     PerTask,
     /// One SQLite file per (job, node), one row per task.
     #[default]
     PerJob,
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "per-task" => Ok(Layout::PerTask),
+            "per-job" => Ok(Layout::PerJob),
+            other => Err(format!("{other:?}: expected per-task or per-job")),
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::PerTask => "per-task",
+            Layout::PerJob => "per-job",
+        })
+    }
 }
 
 /// A name reduced to `[A-Za-z0-9_-]`.
@@ -113,7 +169,7 @@ pub fn one_task_path(dir: &Path, job: u128, idx: u32, id: &str) -> PathBuf {
 impl TaskState {
     /// Opens (creating if needed) this node's task state object of `job`
     /// ([`Layout::PerJob`]).
-    pub fn open(dir: &Path, job: u128, node: &str) -> Result<Self, JobsError> {
+    pub fn open(dir: &Path, job: u128, node: &str) -> Result<Self, TaskStateError> {
         Self::open_path(task_state_path(dir, job, node), job, node)
     }
 
@@ -125,28 +181,30 @@ impl TaskState {
         idx: u32,
         id: &str,
         node: &str,
-    ) -> Result<Self, JobsError> {
+    ) -> Result<Self, TaskStateError> {
         let path = one_task_path(dir, job, idx, id);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(JobsError::io("create task state dir"))?;
+            std::fs::create_dir_all(parent).map_err(TaskStateError::io("create task state dir"))?;
         }
         Self::open_path(path, job, node)
     }
 
     /// Every row of every per-task object of `job` under `dir`.
-    pub fn rows_of_tasks(dir: &Path, job: u128) -> Result<Vec<TaskRow>, JobsError> {
+    pub fn rows_of_tasks(dir: &Path, job: u128) -> Result<Vec<TaskRow>, TaskStateError> {
         let entries = match std::fs::read_dir(job_task_dir(dir, job)) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(JobsError::io("read task state dir")(e)),
+            Err(e) => return Err(TaskStateError::io("read task state dir")(e)),
         };
         let mut rows = Vec::new();
         for entry in entries {
-            let path = entry.map_err(JobsError::io("read task state dir"))?.path();
+            let path = entry
+                .map_err(TaskStateError::io("read task state dir"))?
+                .path();
             if !path.to_string_lossy().ends_with(".task.sqlite") {
                 continue;
             }
-            let err = |source| JobsError::State {
+            let err = |source| TaskStateError::Sql {
                 path: path.display().to_string(),
                 source,
             };
@@ -157,8 +215,8 @@ impl TaskState {
         Ok(rows)
     }
 
-    fn open_path(path: PathBuf, job: u128, node: &str) -> Result<Self, JobsError> {
-        let err = |source| JobsError::State {
+    fn open_path(path: PathBuf, job: u128, node: &str) -> Result<Self, TaskStateError> {
+        let err = |source| TaskStateError::Sql {
             path: path.display().to_string(),
             source,
         };
@@ -185,8 +243,8 @@ impl TaskState {
         &self.path
     }
 
-    fn err(&self) -> impl Fn(rusqlite::Error) -> JobsError + '_ {
-        move |source| JobsError::State {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> TaskStateError + '_ {
+        move |source| TaskStateError::Sql {
             path: self.path.display().to_string(),
             source,
         }
@@ -194,9 +252,9 @@ impl TaskState {
 
     /// Applies updates in one transaction. A row of an older attempt never
     /// replaces a newer one.
-    pub fn apply(&mut self, updates: &[RowUpdate]) -> Result<(), JobsError> {
+    pub fn apply(&mut self, updates: &[RowUpdate]) -> Result<(), TaskStateError> {
         let path = self.path.display().to_string();
-        let err = |source| JobsError::State {
+        let err = |source| TaskStateError::Sql {
             path: path.clone(),
             source,
         };
@@ -278,7 +336,7 @@ impl TaskState {
     }
 
     /// Every row, by task index.
-    pub fn rows(&self) -> Result<Vec<TaskRow>, JobsError> {
+    pub fn rows(&self) -> Result<Vec<TaskRow>, TaskStateError> {
         select_rows(&self.conn).map_err(self.err())
     }
 }

@@ -1,5 +1,5 @@
-//! Built-in storage steps, run by a worker against the job's engine through
-//! the client library: `put` and `get` of key ranges, `copy` of a range
+//! Built-in storage steps, run by the node granted the task against the
+//! job's engine ([`TaskStore`]): `put` and `get` of key ranges, `copy` of a range
 //! between containers, checksum `scrub` of a whole container (every record
 //! of every object, read back and checked by the engine).
 //!
@@ -8,9 +8,9 @@
 //! `copy` and `scrub` check each byte they read, on top of the record
 //! checks the client makes itself (key, checksum).
 
-use ferrite_proto::rpc_jobs::{step_key, AKEY_VALUE, STEP_OBJECT};
-
-use crate::client::{Client, Key, Reply, Request, Verified};
+use super::TaskStore;
+use crate::rpc::{Key, Reply, Request, Verified};
+use crate::rpc_jobs::{step_key, AKEY_VALUE, STEP_OBJECT};
 
 /// Requests per batch frame, and keys read at once.
 const CHUNK: u64 = 256;
@@ -59,8 +59,8 @@ fn check_replies(op: &str, replies: Vec<Reply>) -> Result<(), String> {
 }
 
 /// Writes `count` values of `size` bytes; returns the summary line.
-pub fn put(
-    c: &Client,
+pub async fn put<S: TaskStore>(
+    c: &S,
     container: u64,
     prefix: &str,
     count: u64,
@@ -78,7 +78,10 @@ pub fn put(
                 }
             })
             .collect();
-        check_replies("put", c.batch(batch).map_err(|e| format!("put: {e}"))?)?;
+        check_replies(
+            "put",
+            (c.batch(batch).await).map_err(|e| format!("put: {e}"))?,
+        )?;
     }
     Ok(format!(
         "put {count} records of {size} bytes into container {container:#x}\n"
@@ -87,8 +90,8 @@ pub fn put(
 
 /// Reads keys `prefix{i}`, `i` in `range`, into `f(name, value)`; a
 /// missing key is an error. Returns the bytes read.
-fn read_range(
-    c: &Client,
+async fn read_range<S: TaskStore>(
+    c: &S,
     op: &str,
     container: u64,
     prefix: &str,
@@ -100,6 +103,7 @@ fn read_range(
     let mut outs: Vec<Vec<u8>> = vec![Vec::new(); names.len()];
     let got = c
         .get_many_into(&keys, &mut outs)
+        .await
         .map_err(|e| format!("{op}: {e}"))?;
     let mut bytes = 0u64;
     for ((r, n), out) in got.into_iter().zip(&names).zip(&outs) {
@@ -131,12 +135,18 @@ fn check_value(op: &str, container: u64, name: &[u8], value: &[u8]) -> Result<()
 }
 
 /// Reads `count` keys and checks every value against its pattern.
-pub fn get(c: &Client, container: u64, prefix: &str, count: u64) -> Result<String, String> {
+pub async fn get<S: TaskStore>(
+    c: &S,
+    container: u64,
+    prefix: &str,
+    count: u64,
+) -> Result<String, String> {
     let mut bytes = 0;
     for range in chunks(count) {
         bytes += read_range(c, "get", container, prefix, range, |n, v| {
             check_value("get", container, n, v)
-        })?;
+        })
+        .await?;
     }
     Ok(format!(
         "get {count} records, {bytes} bytes from container {container:#x}, all match\n"
@@ -144,8 +154,8 @@ pub fn get(c: &Client, container: u64, prefix: &str, count: u64) -> Result<Strin
 }
 
 /// Copies `count` keys from `source` to `target`, checking each value.
-pub fn copy(
-    c: &Client,
+pub async fn copy<S: TaskStore>(
+    c: &S,
     source: u64,
     target: u64,
     prefix: &str,
@@ -161,8 +171,12 @@ pub fn copy(
                 value: v.to_vec(),
             });
             Ok(())
-        })?;
-        check_replies("copy", c.batch(batch).map_err(|e| format!("copy: {e}"))?)?;
+        })
+        .await?;
+        check_replies(
+            "copy",
+            (c.batch(batch).await).map_err(|e| format!("copy: {e}"))?,
+        )?;
     }
     Ok(format!(
         "copy {count} records, {bytes} bytes from container {source:#x} to {target:#x}\n"
@@ -198,12 +212,15 @@ fn shown(key: &Key) -> String {
 /// Has the engine check every record of `keys` where it keeps it (Verify:
 /// read back from its device, and from memory while there; CRC, address,
 /// key).
-fn verify_keys(c: &Client, keys: &[Key], t: &mut Tally) -> Result<(), String> {
+async fn verify_keys<S: TaskStore>(c: &S, keys: &[Key], t: &mut Tally) -> Result<(), String> {
     let batch = keys
         .iter()
         .map(|k| Request::Verify { key: k.clone() })
         .collect();
-    let replies = c.batch(batch).map_err(|e| format!("scrub: verify: {e}"))?;
+    let replies = c
+        .batch(batch)
+        .await
+        .map_err(|e| format!("scrub: verify: {e}"))?;
     for (key, reply) in keys.iter().zip(replies) {
         match reply {
             Reply::Verified(Verified::Absent) => {} // deleted since the listing
@@ -233,7 +250,7 @@ fn verify_keys(c: &Client, keys: &[Key], t: &mut Tally) -> Result<(), String> {
 }
 
 /// Checks the values of step records against what `put` writes there.
-fn check_patterns(c: &Client, keys: &[Key], t: &mut Tally) -> Result<(), String> {
+async fn check_patterns<S: TaskStore>(c: &S, keys: &[Key], t: &mut Tally) -> Result<(), String> {
     let keys: Vec<_> = keys
         .iter()
         .filter(|k| k.akey == AKEY_VALUE)
@@ -242,6 +259,7 @@ fn check_patterns(c: &Client, keys: &[Key], t: &mut Tally) -> Result<(), String>
     let mut outs: Vec<Vec<u8>> = vec![Vec::new(); keys.len()];
     let got = c
         .get_many_into(&keys, &mut outs)
+        .await
         .map_err(|e| format!("scrub: get: {e}"))?;
     for ((key, r), out) in keys.iter().zip(got).zip(&outs) {
         let found = matches!(r, Ok(Some(_)));
@@ -253,11 +271,12 @@ fn check_patterns(c: &Client, keys: &[Key], t: &mut Tally) -> Result<(), String>
 }
 
 /// Every key of one object of the container, in order.
-fn keys_of(c: &Client, container: u64, object: u128) -> Result<Vec<Key>, String> {
+async fn keys_of<S: TaskStore>(c: &S, container: u64, object: u128) -> Result<Vec<Key>, String> {
     let err = |e| format!("scrub: list: {e}");
     let mut keys = Vec::new();
-    for dkey in c.list_dkeys(container, object).map_err(err)? {
-        for akey in c.list_akeys(container, object, &dkey).map_err(err)? {
+    for dkey in c.list_keys(container, object, None).await.map_err(err)? {
+        let akeys = c.list_keys(container, object, Some(&dkey)).await;
+        for akey in akeys.map_err(err)? {
             keys.push(Key::new(container, object, &dkey, &akey));
         }
     }
@@ -268,18 +287,19 @@ fn keys_of(c: &Client, container: u64, object: u128) -> Result<Vec<Key>, String>
 /// of it and has the engine read back and check every record (see
 /// [`verify_keys`]); records under the step object must also hold what
 /// `put` wrote. Fails naming the bad records (up to 8).
-pub fn scrub(c: &Client, container: u64) -> Result<String, String> {
+pub async fn scrub<S: TaskStore>(c: &S, container: u64) -> Result<String, String> {
     let mut t = Tally::default();
     let objects = c
         .list_objects(container)
+        .await
         .map_err(|e| format!("scrub: list objects: {e}"))?;
     for object in objects {
         t.objects += 1;
-        let keys = keys_of(c, container, object)?;
+        let keys = keys_of(c, container, object).await?;
         for chunk in keys.chunks(CHUNK as usize) {
-            verify_keys(c, chunk, &mut t)?;
+            verify_keys(c, chunk, &mut t).await?;
             if object == STEP_OBJECT {
-                check_patterns(c, chunk, &mut t)?;
+                check_patterns(c, chunk, &mut t).await?;
             }
         }
     }
