@@ -3,7 +3,8 @@
 //! and finishes; every task's state object is written by the engine node
 //! and names it; constraints hold by the recorded start and end times;
 //! `exec` output is stored back as records in the engine (and read there
-//! by the task that takes it as input); status names the coordinator slot
+//! by the task that takes it as input), and an `exec` task is not pinned
+//! to the core of the engine thread that started it; status names the coordinator slot
 //! that split the job; a job whose store is another engine is kept off the
 //! engine's streams.
 
@@ -28,7 +29,8 @@ const JOB: &str = "name='slots'\n\
 [[task]]\nid='put'\nsteps=[{kind='put', container=7, prefix='k', count=40, size_bytes=100}]\n\
 [[task]]\nid='get'\nafter=['put']\nsteps=[{kind='get', container=7, prefix='k', count=40}]\n\
 [[task]]\nid='copy'\nafter=['put']\nsteps=[{kind='copy', source=7, target=8, prefix='k', count=40}]\n\
-[[task]]\nid='scrub'\nafter=['get', 'copy', 'shout']\nsteps=[{kind='scrub', container=8}]\n";
+[[task]]\nid='scrub'\nafter=['get', 'copy', 'shout']\nsteps=[{kind='scrub', container=8}]\n\
+[[task]]\nid='cpus'\nsteps=[{kind='exec', cmd='grep', args=['Cpus_allowed_list', '/proc/self/status']}]\n";
 
 /// Aborts the test process if a test runs longer than `limit`.
 fn watchdog(limit: Duration) {
@@ -140,6 +142,15 @@ fn a_job_runs_on_the_engine_streams_with_no_worker() {
     };
     assert_eq!(out("hello").as_deref(), Some(&b"hello\n"[..]));
     assert_eq!(out("shout").as_deref(), Some(&b"HELLO\n"[..]));
+    // An exec task may use the process's CPUs, not only the engine
+    // xstream's core its starting thread is pinned to.
+    let status_text = std::fs::read_to_string("/proc/self/status").unwrap();
+    let ours = status_text
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list"))
+        .unwrap();
+    let theirs = String::from_utf8(out("cpus").unwrap()).unwrap();
+    assert_eq!(theirs.trim_end(), ours);
     let scrub = String::from_utf8(out("scrub").unwrap()).unwrap();
     assert!(
         scrub.contains("scrub 40 records") && scrub.contains("all good"),

@@ -348,15 +348,23 @@ impl Exec {
         if let Some(d) = &self.cwd {
             c.current_dir(d);
         }
+        let cpus = process_cpus();
         // A task dies with its node (SIGKILL included): the resource manager
-        // runs it again elsewhere, so it must not linger here.
-        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no
-        // memory of the parent; it is all the child does before exec.
+        // runs it again elsewhere, so it must not linger here. It may use
+        // every CPU the process may, not only the core of the (pinned)
+        // thread that starts it.
+        // SAFETY: prctl(PR_SET_PDEATHSIG) and sched_setaffinity are
+        // async-signal-safe system calls; the child reads only `cpus`, its
+        // own copy. That is all it does before exec.
         unsafe {
             use std::os::unix::process::CommandExt;
-            c.pre_exec(|| {
+            c.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(set) = &cpus {
+                    // Best effort: on failure the task runs where it was.
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
                 }
                 Ok(())
             });
@@ -384,5 +392,18 @@ impl Exec {
             stderr: out.stderr,
             exit_code,
         })
+    }
+}
+
+/// The CPUs of the process's main thread: those the process was started
+/// with, before any xstream pinned its threads (and an engine's blocking
+/// pool thread, which starts `exec` tasks, to its xstream's core).
+fn process_cpus() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data, valid zeroed; sched_getaffinity
+    // writes at most `size_of::<cpu_set_t>()` bytes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        (libc::sched_getaffinity(libc::getpid(), size, &mut set) == 0).then_some(set)
     }
 }
