@@ -58,6 +58,10 @@ pub enum JobCommand {
         /// Tasks granted to one execution stream at once.
         #[arg(long, default_value_t = 64)]
         depth: u32,
+        /// Execution streams the service itself offers (they run on its
+        /// xstream, jobs without an engine store only: no-op and exec steps).
+        #[arg(long, default_value_t = 0)]
+        task_slots: u32,
     },
 }
 
@@ -138,18 +142,20 @@ pub fn run(c: JobCommand) -> anyhow::Result<()> {
             listen,
             state_dir,
             depth,
-        } => serve(listen, state_dir, depth),
+            task_slots,
+        } => serve(listen, state_dir, depth, task_slots),
     }
 }
 
 #[cfg(feature = "embedded")]
-fn serve(listen: String, state_dir: PathBuf, depth: u32) -> anyhow::Result<()> {
+fn serve(listen: String, state_dir: PathBuf, depth: u32, task_slots: u32) -> anyhow::Result<()> {
     use ferrite_engine::jobs::{JobService, JobServiceConfig};
     let mut config = JobServiceConfig::new(state_dir);
     config.listen = listen
         .parse()
         .with_context(|| format!("--listen {listen}"))?;
     config.depth = depth;
+    config.task_slots = task_slots;
     let service = JobService::start(config)?;
     eprintln!("job service listening on {}", service.addr());
     // The service runs on its own threads until the process is stopped.
@@ -159,7 +165,7 @@ fn serve(listen: String, state_dir: PathBuf, depth: u32) -> anyhow::Result<()> {
 }
 
 #[cfg(not(feature = "embedded"))]
-fn serve(_listen: String, _state_dir: PathBuf, _depth: u32) -> anyhow::Result<()> {
+fn serve(_listen: String, _state_dir: PathBuf, _depth: u32, _slots: u32) -> anyhow::Result<()> {
     anyhow::bail!("this ferrite was built without the `embedded` feature: run ferrite-engine")
 }
 
