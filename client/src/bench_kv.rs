@@ -12,6 +12,9 @@
 //! Latency is sampled on every 8th one-sided GET (timing is as dear as the
 //! GET) and taken for every other operation.
 //!
+//! `--async-gets` runs GETs as `Client::get_async` futures, `--pipeline` at
+//! a time from each thread.
+//!
 //! `--bucket-cache 0` makes every one-sided GET read its bucket and then its
 //! record (cold-bucket GETs); `--warm` GETs every key once before measuring,
 //! so that with few keys the measured GETs find their buckets cached.
@@ -87,6 +90,12 @@ pub struct BenchKvArgs {
     /// measured one-sided GETs then read one record each).
     #[arg(long)]
     pub warm: bool,
+    /// GETs as `Client::get_async` futures, `--pipeline` of them issued
+    /// before any is awaited (one-sided over verbs and tcp: their reads in
+    /// flight together, completions polled by the futures), instead of
+    /// batched lookups.
+    #[arg(long)]
+    pub async_gets: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -447,6 +456,29 @@ fn get_batches(
     (ops, errors)
 }
 
+/// `depth` GETs as futures, all issued before they are awaited together;
+/// the time of the whole round is recorded as each GET's latency. Returns
+/// (ops, errors).
+fn get_async_round(
+    client: &Client,
+    args: &BenchKvArgs,
+    rng: &mut KeyPicker,
+    hist: &mut Histogram<u64>,
+    depth: usize,
+) -> (u64, u64) {
+    let t0 = Instant::now();
+    let gets: Vec<_> = (0..depth)
+        .map(|_| client.get_async(&Key::new(0, 0, &key_name(rng.next(args.keys)), b"")))
+        .collect();
+    let results = futures::executor::block_on(futures::future::join_all(gets));
+    let _ = hist.record_n(t0.elapsed().as_nanos() as u64, depth as u64);
+    let errors = results
+        .iter()
+        .filter(|r| !matches!(r, Ok(Some(f)) if f.value.len() == args.value_size))
+        .count();
+    (depth as u64, errors as u64)
+}
+
 /// Sends each request as its own frame, all before awaiting any.
 fn pipelined(client: &Client, requests: &[Request]) -> Result<Vec<Reply>, ()> {
     let futures: Vec<_> = requests.iter().map(|r| client.request_async(r)).collect();
@@ -495,6 +527,12 @@ fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBoo
             Op::Put => false,
             Op::Mix => rng.next(10) != 0,
         };
+        if is_get && args.async_gets {
+            let (g, e) = get_async_round(client, args, &mut rng, &mut hist, depth);
+            ops += g;
+            errors += e;
+            continue;
+        }
         if is_get && one_sided_local && depth > 1 {
             let (g, e) = get_batches(client, args, &mut rng, &mut hist, &mut batch);
             ops += g;

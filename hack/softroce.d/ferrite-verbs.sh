@@ -5,10 +5,12 @@
 # 2. the verbs_softroce test binary (built on the host with --features rdma) with --ignored:
 #    engine on rxe1 (SOFTROCE_ADDR1, verbs side channel on port 7601), clients on rxe0:
 #    concurrent writers + verbs one-sided readers checked for latest values, RDMA READs and
-#    doorbells per GET (1 cached, 2 cold, 2 doorbells per batch), a clear error after the
-#    engine is killed;
+#    doorbells per GET (1 cached, 2 cold, 2 doorbells per batch), many get_async GETs from
+#    one thread on its queue pair (one-sided, no RPC) and event-queue GETs, a disconnect
+#    error naming the engine and the cause after the engine is killed;
 # 3. `ferrite bench kv --fabric verbs` against a ferrite-engine on rxe1 (RPC over loopback
-#    TCP): batches of 8 (one doorbell for the buckets, one for the records) for ops/s; then
+#    TCP): batches of 8 (one doorbell for the buckets, one for the records) and 8 get_async
+#    futures at a time (--async-gets) for ops/s; then
 #    FERRITE_LAT_ROUNDS (default 3) rounds, each of ib_read_lat (PERFTEST_LAT_ITERS, default
 #    5000 reads; of 2 bytes, and of the bench's bucket and record sizes), one GET at a time
 #    with cached buckets (--warm over 256 keys) and one GET at a time with no bucket cache
@@ -160,6 +162,15 @@ if [ "$bench_rc" -eq 0 ]; then
     # Loads the keys; batches of 8 GETs, random keys: throughput with doorbell batching.
     if bench p8 --keys "${FERRITE_BENCH_KEYS:-10K}" --pipeline 8 -t "${FERRITE_BENCH_SECONDS:-5}"; then
         echo "ferrite-verbs: bench kv get --fabric verbs --pipeline 8: ${ops} ops/s, p50 ${p50} us (a batch), p99 ${p99} us, one-sided hit rate ${hit}; ib_read_bw ${SOFTROCE_READ_BW_AVG_MBPS:-?} MB/s"
+    else
+        bench_rc=1
+    fi
+fi
+if [ "$bench_rc" -eq 0 ]; then
+    # The same keys as 8 get_async futures at a time from one thread: each GET's reads
+    # posted on its own (no batch), all in flight together on the thread's queue pair.
+    if bench a8 --keys "${FERRITE_BENCH_KEYS:-10K}" --no-load --pipeline 8 --async-gets -t "${FERRITE_BENCH_SECONDS:-5}"; then
+        echo "ferrite-verbs: bench kv get --fabric verbs --async-gets --pipeline 8: ${ops} ops/s, p50 ${p50} us (8 futures), p99 ${p99} us, one-sided hit rate ${hit}"
     else
         bench_rc=1
     fi

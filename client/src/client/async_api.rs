@@ -4,7 +4,11 @@
 //! connection; replies are matched by request id.
 //!
 //! One-sided GETs over shm complete inside the call (they are a few
-//! loads); only fallbacks go to the engine.
+//! loads). Over an endpoint with asynchronous reads (verbs, tcp) the GET's
+//! first read is posted in the call and the future does the rest of the
+//! lookup, polling for its reads' completions (verbs: RDMA READs on the
+//! calling thread's queue pair, never blocking the executor); only
+//! fallbacks go to the engine by RPC.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,9 +17,10 @@ use ferrite_proto::rpc::{Found, Key, Reply, Request};
 use ferrite_xstream::{Event, EventQueue};
 
 use crate::client::conn::Connection;
-use crate::client::counters::Counter;
+use crate::client::counters::{Counter, Counters};
 use crate::client::error::{Error, Result};
 use crate::client::handle::Client;
+use crate::client::onesided::{AsyncLookupFuture, Lookup};
 use crate::client::reply;
 use crate::client::waiter::{Answer, ReplyFuture};
 
@@ -29,7 +34,8 @@ impl Client {
         self.conn_for(request).request_async(request)
     }
 
-    /// GET as a future: one-sided in the call when possible, else by RPC.
+    /// GET as a future: one-sided in the call over shm, one-sided in the
+    /// future over an endpoint with asynchronous reads, else by RPC.
     pub fn get_async(
         &self,
         key: &Key,
@@ -37,20 +43,51 @@ impl Client {
         enum Get {
             Done(Result<Option<Found>>),
             Rpc(ReplyFuture),
+            OneSided(AsyncLookupFuture, Arc<Connection>, Arc<Counters>, Key),
         }
-        let state = if self.one_sided_provider() == Some("shm") {
-            let mut value = Vec::new();
-            let r = self.get_into(&key.as_record_key(), &mut value);
-            Get::Done(r.map(|v| v.map(|version| Found { version, value })))
-        } else {
-            Get::Rpc(self.request_async(&Request::Fetch { key: key.clone() }))
+        let state = match self.get_start(key) {
+            Some(Ok(lookup)) => Get::OneSided(
+                lookup,
+                self.conn_for(&Request::Fetch { key: key.clone() }).clone(),
+                self.counters.clone(),
+                key.clone(),
+            ),
+            Some(Err(e)) => Get::Done(Err(e)),
+            None if self.one_sided_provider() == Some("shm") => {
+                let mut value = Vec::new();
+                let r = self.get_into(&key.as_record_key(), &mut value);
+                Get::Done(r.map(|v| v.map(|version| Found { version, value })))
+            }
+            None => Get::Rpc(self.request_async(&Request::Fetch { key: key.clone() })),
         };
         async move {
             match state {
                 Get::Done(r) => r,
                 Get::Rpc(f) => reply::value("get", f.await?),
+                Get::OneSided(lookup, conn, counters, key) => match lookup.await? {
+                    (Lookup::Found { version }, value) => Ok(Some(Found { version, value })),
+                    (Lookup::Absent, _) => Ok(None),
+                    (Lookup::Fallback(_), _) => {
+                        counters.add(Counter::RpcRequest, 1);
+                        let reply = conn.request_async(&Request::Fetch { key }).await?;
+                        reply::value("get", reply)
+                    }
+                },
             }
         }
+    }
+
+    /// The asynchronous one-sided lookup of `key`, its first read posted,
+    /// when the reader's endpoint has asynchronous reads and is not shm
+    /// (whose reads are loads, done in the call); the error when the engine
+    /// is known gone.
+    fn get_start(&self, key: &Key) -> Option<Result<AsyncLookupFuture>> {
+        let reader = self.reader()?;
+        if reader.provider() == "shm" {
+            return None;
+        }
+        let lookup = reader.lookup_async(key, self.counters.clone())?;
+        Some(self.check_alive("get").map(|()| lookup))
     }
 
     /// PUT as a future resolving to the new version.
@@ -131,13 +168,21 @@ impl Client {
         self.conn_for(request).request_event(request, event);
     }
 
-    /// GET completing `event` with `Reply::Value`: at once when one-sided.
+    /// GET completing `event` with `Reply::Value`: at once when one-sided
+    /// over shm; over an endpoint with asynchronous reads, by the
+    /// [`get_async`](Self::get_async) future, which whoever polls or waits
+    /// on the event's queue drives ([`Event::complete_with`]).
     pub fn get_event(&self, key: &Key, event: Event<Answer>) {
         if self.one_sided_provider() == Some("shm") {
             let mut value = Vec::new();
             let r = self.get_into(&key.as_record_key(), &mut value);
             let answer = r.map(|v| Reply::Value(v.map(|version| Found { version, value })));
             event.complete(Ok(answer));
+            return;
+        }
+        if self.reader().is_some_and(|r| r.has_async_reads()) {
+            let get = self.get_async(key);
+            event.complete_with(async move { Ok(get.await.map(Reply::Value)) });
             return;
         }
         self.submit(&Request::Fetch { key: key.clone() }, event);

@@ -223,6 +223,10 @@ impl Client {
         self.reader.as_ref().map(OneSidedReader::provider)
     }
 
+    pub(crate) fn reader(&self) -> Option<&OneSidedReader> {
+        self.reader.as_ref()
+    }
+
     /// One-sided hits, retries, fallbacks and RPC counts so far.
     pub fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
@@ -349,7 +353,7 @@ impl Client {
 
     /// The shm regions stay mapped after the engine dies: refuse to serve
     /// them once the connection that brought them is gone.
-    fn check_alive(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn check_alive(&self, op: &'static str) -> Result<()> {
         let first = &self.conns[0];
         if first.is_dead() {
             return Err(Error::Disconnected {

@@ -17,6 +17,9 @@
 //! shm (Unix socket URLs) or tcp, and fall back to RPC. Everything else is an
 //! RPC on a pooled, pipelined connection ([`conn`]); the `*_async` methods
 //! return futures and [`Client::submit`] completes `EventQueue` events.
+//! [`Client::get_async`] and [`Client::get_event`] stay one-sided over an
+//! endpoint with asynchronous reads (verbs, tcp): the future, or the event
+//! queue's poller, polls for the reads' completions.
 
 pub mod async_api;
 pub mod cache;

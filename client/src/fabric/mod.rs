@@ -7,9 +7,17 @@
 //! target's network task). A verbs endpoint fits the same trait: `read` is an
 //! RDMA READ of `(remote_addr + offset, len)` with the descriptor's rkey.
 //!
+//! An endpoint whose reads are network round trips may also offer
+//! [`AsyncReads`]: a read posted at once whose completion a future polls
+//! for (the asynchronous GET of `Client::get_async` uses it).
+//!
 //! The engine writes regions while clients read them. A read never fails
 //! because of that; it may return a mix of old and new bytes, and the
 //! caller checks what it read (bucket and record CRCs) and reads again.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use ferrite_proto::region::RegionDescriptor;
 
@@ -70,6 +78,25 @@ pub trait Endpoint: Send + Sync {
 
     /// Provider name, for `stat` and logs.
     fn provider(&self) -> &'static str;
+
+    /// The endpoint's asynchronous reads, when it has them (`None`: the
+    /// default; its reads are only the blocking ones above).
+    fn async_reads(&self) -> Option<Arc<dyn AsyncReads>> {
+        None
+    }
+}
+
+/// An asynchronous read's bytes, as a future.
+pub type ReadFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>>> + Send>>;
+
+/// Reads that are posted when asked for and completed by polling their
+/// future, so that one thread keeps many in flight. A future that is
+/// dropped before it completes abandons its read.
+pub trait AsyncReads: Send + Sync {
+    /// Starts reading `len` bytes at `offset` of `region` now (or at the
+    /// future's first poll when the endpoint has no room now); the future
+    /// gives the bytes. Same contract and bounds as [`Endpoint::read`].
+    fn read_async(&self, region: &RegionDescriptor, offset: u64, len: usize) -> ReadFuture;
 }
 
 /// Checks a read's bounds against its descriptor.

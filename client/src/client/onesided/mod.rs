@@ -16,6 +16,7 @@
 //! the old record before it acknowledges the newer write, so it was also the
 //! latest acknowledged one then (or a newer, not yet acknowledged one).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrite_proto::bucket::{Bucket, BUCKET_BYTES};
@@ -27,9 +28,12 @@ use ferrite_proto::FormatError;
 use crate::client::cache::BucketCache;
 use crate::client::counters::{Counter, Counters};
 use crate::client::error::Result;
-use crate::fabric::Endpoint;
+use crate::fabric::{AsyncReads, Endpoint};
 
+mod async_get;
 mod batch;
+
+pub use async_get::AsyncLookupFuture;
 
 /// Longest record a slot may point to (header, two 4 KiB key parts, 1 MiB
 /// value, padding).
@@ -95,8 +99,10 @@ pub enum Lookup {
 pub struct OneSidedReader {
     endpoint: Box<dyn Endpoint>,
     targets: Vec<TargetRegions>,
-    cache: BucketCache,
+    cache: Arc<BucketCache>,
     policy: RetryPolicy,
+    /// The endpoint's asynchronous reads, if it has them.
+    async_reads: Option<Arc<dyn AsyncReads>>,
 }
 
 impl std::fmt::Debug for OneSidedReader {
@@ -136,15 +142,22 @@ impl OneSidedReader {
             t.log.validate()?;
         }
         Ok(Self {
+            async_reads: endpoint.async_reads(),
             endpoint,
             targets,
-            cache: BucketCache::new(cache_buckets),
+            cache: Arc::new(BucketCache::new(cache_buckets)),
             policy,
         })
     }
 
     pub fn provider(&self) -> &'static str {
         self.endpoint.provider()
+    }
+
+    /// Whether [`lookup_async`](Self::lookup_async) has an endpoint's
+    /// asynchronous reads to run on.
+    pub fn has_async_reads(&self) -> bool {
+        self.async_reads.is_some()
     }
 
     pub fn targets(&self) -> &[TargetRegions] {
@@ -252,19 +265,9 @@ impl OneSidedReader {
         counters: &Counters,
     ) -> Result<Lookup> {
         let (regions, main_index, fingerprint) = self.locate(key);
-        let mut deadline: Option<Instant> = None;
-        let mut use_cache = range.is_none();
-        let mut failed_fresh: Option<u64> = None;
-        for attempt in 0..self.policy.max_attempts {
-            if attempt > 0 {
-                counters.add(Counter::Retry, 1);
-                let now = Instant::now();
-                match deadline {
-                    None => deadline = Some(now + self.policy.budget),
-                    Some(d) if now >= d => break,
-                    Some(_) => {}
-                }
-            }
+        let mut attempts = Attempts::new(self.policy);
+        let (mut use_cache, mut failed_fresh) = (range.is_none(), None);
+        while attempts.next(counters) {
             let probe = Probe {
                 regions,
                 main_index,
@@ -273,24 +276,15 @@ impl OneSidedReader {
                 failed_fresh,
                 range,
             };
-            let pass = self.pass(key, &probe, out, counters)?;
-            match pass {
-                Pass::Done(Lookup::Fallback(r)) => {
-                    counters.add(Counter::Fallback, 1);
-                    return Ok(Lookup::Fallback(r));
-                }
-                Pass::Done(found) => {
-                    counters.add(Counter::OneSidedHit, 1);
-                    return Ok(found);
-                }
-                Pass::Retry(failed) => {
-                    use_cache = false;
-                    failed_fresh = failed;
-                }
+            match self.pass(key, &probe, out, counters)? {
+                Pass::Done(found) => return Ok(settle(found, counters)),
+                Pass::Retry(failed) => (use_cache, failed_fresh) = (false, failed),
             }
         }
-        counters.add(Counter::Fallback, 1);
-        Ok(Lookup::Fallback(FallbackReason::RetriesExhausted))
+        Ok(settle(
+            Lookup::Fallback(FallbackReason::RetriesExhausted),
+            counters,
+        ))
     }
 
     /// Reads a bucket of a target, from the cache when allowed.
@@ -312,11 +306,7 @@ impl OneSidedReader {
         let mut b = Bucket([0; BUCKET_BYTES]);
         self.endpoint
             .read(&regions.buckets, offset, BUCKET_BYTES, &mut b.0)?;
-        if b.check().is_err() {
-            return Ok(None);
-        }
-        self.cache.put(target, index, &b);
-        Ok(Some((b, false)))
+        Ok(checked_bucket(&self.cache, target, index, b).map(|b| (b, false)))
     }
 
     /// One walk of the bucket chain. A record that fails its check twice
@@ -346,44 +336,18 @@ impl OneSidedReader {
             };
             any_cached |= cached;
             for slot in bucket.matching(fingerprint) {
-                match self.check_slot(key, regions, slot, range, out)? {
-                    SlotCheck::OtherKey => continue,
-                    SlotCheck::Value(version) => return Ok(Pass::Done(Lookup::Found { version })),
-                    SlotCheck::Deleted => return Ok(Pass::Done(Lookup::Absent)),
-                    SlotCheck::Evicted | SlotCheck::Stale
-                        if !cached && failed_fresh == Some(slot.addr) =>
-                    {
-                        return Ok(Pass::Done(Lookup::Fallback(FallbackReason::NotInMemory)))
-                    }
-                    SlotCheck::NotPlain => {
-                        return Ok(Pass::Done(Lookup::Fallback(FallbackReason::NotPlainValue)))
-                    }
-                    SlotCheck::Evicted | SlotCheck::Stale => {
-                        if cached {
-                            self.cache.invalidate(regions.buckets.target, index);
-                            return Ok(Pass::Retry(None));
-                        }
-                        return Ok(Pass::Retry(Some(slot.addr)));
-                    }
+                let check = self.check_slot(key, regions, slot, range, out)?;
+                let invalidate = || self.cache.invalidate(regions.buckets.target, index);
+                if let Some(pass) = slot_step(check, slot.addr, cached, failed_fresh, invalidate) {
+                    return Ok(pass);
                 }
             }
-            let next = u64::from(bucket.next());
-            if next == 0 {
-                break;
+            match next_link(&bucket, bucket_count, any_cached, &self.policy) {
+                Ok(next) => index = next,
+                Err(end) => return Ok(end),
             }
-            if next >= bucket_count {
-                return Ok(Pass::Retry(None));
-            }
-            index = next;
         }
-        if any_cached {
-            return Ok(Pass::Retry(None));
-        }
-        Ok(Pass::Done(if self.policy.absent_is_final {
-            Lookup::Absent
-        } else {
-            Lookup::Fallback(FallbackReason::NotIndexed)
-        }))
+        Ok(not_found(any_cached, &self.policy))
     }
 
     /// Reads and checks the record a slot points to.
@@ -401,6 +365,113 @@ impl OneSidedReader {
         out.resize(len, 0);
         self.endpoint.read(&regions.log, offset, len, out)?;
         Ok(check_record(key, slot, range, out))
+    }
+}
+
+/// What a checked slot means for a walk of the chain: `None` to go on
+/// (another key's record), else how the walk ends. `invalidate` drops the
+/// cached bucket that led to a stale record.
+fn slot_step(
+    check: SlotCheck,
+    slot_addr: u64,
+    cached: bool,
+    failed_fresh: Option<u64>,
+    invalidate: impl FnOnce(),
+) -> Option<Pass> {
+    Some(match check {
+        SlotCheck::OtherKey => return None,
+        SlotCheck::Value(version) => Pass::Done(Lookup::Found { version }),
+        SlotCheck::Deleted => Pass::Done(Lookup::Absent),
+        SlotCheck::Evicted | SlotCheck::Stale if !cached && failed_fresh == Some(slot_addr) => {
+            Pass::Done(Lookup::Fallback(FallbackReason::NotInMemory))
+        }
+        SlotCheck::NotPlain => Pass::Done(Lookup::Fallback(FallbackReason::NotPlainValue)),
+        SlotCheck::Evicted | SlotCheck::Stale if cached => {
+            invalidate();
+            Pass::Retry(None)
+        }
+        SlotCheck::Evicted | SlotCheck::Stale => Pass::Retry(Some(slot_addr)),
+    })
+}
+
+/// The bucket after `bucket` in its chain, or how the walk ends: at the
+/// chain's end as [`not_found`] says, on a bad link with a retry.
+fn next_link(
+    bucket: &Bucket,
+    bucket_count: u64,
+    any_cached: bool,
+    policy: &RetryPolicy,
+) -> std::result::Result<u64, Pass> {
+    match u64::from(bucket.next()) {
+        0 => Err(not_found(any_cached, policy)),
+        next if next >= bucket_count => Err(Pass::Retry(None)),
+        next => Ok(next),
+    }
+}
+
+/// How a walk ends when the chain did not have the key: a cached bucket
+/// may be stale (read again), a fresh chain says the key is absent.
+fn not_found(any_cached: bool, policy: &RetryPolicy) -> Pass {
+    if any_cached {
+        return Pass::Retry(None);
+    }
+    Pass::Done(if policy.absent_is_final {
+        Lookup::Absent
+    } else {
+        Lookup::Fallback(FallbackReason::NotIndexed)
+    })
+}
+
+/// A bucket just read, if its CRC checks (then also cached).
+fn checked_bucket(cache: &BucketCache, target: u16, index: u64, b: Bucket) -> Option<Bucket> {
+    b.check().ok()?;
+    cache.put(target, index, &b);
+    Some(b)
+}
+
+/// Counts a lookup's outcome.
+fn settle(lookup: Lookup, counters: &Counters) -> Lookup {
+    match lookup {
+        Lookup::Fallback(_) => counters.add(Counter::Fallback, 1),
+        _ => counters.add(Counter::OneSidedHit, 1),
+    }
+    lookup
+}
+
+/// The retry budget of one lookup: attempts, and time from the first retry.
+struct Attempts {
+    policy: RetryPolicy,
+    done: u32,
+    deadline: Option<Instant>,
+}
+
+impl Attempts {
+    fn new(policy: RetryPolicy) -> Self {
+        Self {
+            policy,
+            done: 0,
+            deadline: None,
+        }
+    }
+
+    /// Whether another pass may run (counting it as a retry after the first).
+    fn next(&mut self, counters: &Counters) -> bool {
+        let attempt = self.done;
+        if attempt >= self.policy.max_attempts {
+            return false;
+        }
+        self.done += 1;
+        if attempt == 0 {
+            return true;
+        }
+        counters.add(Counter::Retry, 1);
+        let now = Instant::now();
+        match self.deadline {
+            None => self.deadline = Some(now + self.policy.budget),
+            Some(d) if now >= d => return false,
+            Some(_) => {}
+        }
+        true
     }
 }
 

@@ -20,6 +20,17 @@
 //! GETs) as one linked work-request list per queue pair: one doorbell, one
 //! poll loop.
 //!
+//! `Endpoint::async_reads` gives reads posted at once whose futures poll
+//! the completion queue when polled, never blocking (`posted.rs`); any
+//! number of them share the thread's queue pair with its blocking reads,
+//! each read matched to its completion by `wr_id` (`conn.rs`).
+//!
+//! A read fails as soon as the engine is seen gone: its side-channel
+//! socket closed (looked at while a read waits), or the queue pair's
+//! retries exhausted (about 0.4 s, see `ferrite_engine::fabric::verbs::
+//! RETRY_COUNT`); the error is [`Error::Disconnected`], naming the engine
+//! and the cause, and every later read of that queue pair fails at once.
+//!
 //! ```no_run
 //! use ferrite_client::fabric::verbs::VerbsEndpoint;
 //! use ferrite_engine::fabric::verbs::DeviceSelector;
@@ -33,39 +44,28 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
-use std::time::Duration;
 
 use ferrite_engine::fabric::verbs::{
-    exchange, Device, DeviceSelector, MemoryRegion, RcQp, ReadWr, ACCESS_LOCAL_WRITE, MAX_BATCH,
+    exchange, Device, DeviceSelector, MemoryRegion, RcQp, ACCESS_LOCAL_WRITE, MAX_BATCH,
 };
 use ferrite_proto::region::{RegionDescriptor, RegionKind};
 
 use crate::client::error::{Error, Result};
 use crate::client::onesided::{TargetRegions, RECORD_MAX_BYTES};
 pub use crate::fabric::BatchRead;
-use crate::fabric::{check_bounds, Endpoint};
+use crate::fabric::{check_bounds, AsyncReads, Endpoint};
 
+mod conn;
+mod posted;
 mod reader;
+use conn::{Conn, Remote, QP_DEPTH};
 pub use reader::{one_sided_reader, VerbsFabricArg};
 
 /// Bytes of each queue pair's registered local buffer (the largest single
 /// read).
 pub const BUFFER_BYTES: usize = RECORD_MAX_BYTES.next_power_of_two();
-/// How long a read may wait for its completion (the queue pair's own
-/// retries end sooner when the engine is gone).
-const POLL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Queue pairs one endpoint keeps at most (threads × targets).
 pub const MAX_QUEUE_PAIRS: usize = 4096;
-
-/// One connected queue pair with its registered landing buffer.
-struct Conn {
-    qp: RcQp,
-    // Declared after qp: the registration goes after the queue pair and
-    // before the memory it covers.
-    mr: MemoryRegion,
-    buf: Box<[u8]>,
-    _side: TcpStream,
-}
 
 type ConnRef = Arc<Mutex<Conn>>;
 
@@ -76,6 +76,7 @@ type ConnRef = Arc<Mutex<Conn>>;
 pub struct ReadCounts {
     reads: AtomicU64,
     doorbells: AtomicU64,
+    queue_pairs: AtomicU64,
 }
 
 impl ReadCounts {
@@ -88,26 +89,42 @@ impl ReadCounts {
     pub fn doorbells(&self) -> u64 {
         self.doorbells.load(Ordering::Relaxed)
     }
+
+    /// Queue pairs connected (one per thread and target read).
+    pub fn queue_pairs(&self) -> u64 {
+        self.queue_pairs.load(Ordering::Relaxed)
+    }
+
+    fn posted(&self, reads: usize) {
+        self.doorbells.fetch_add(1, Ordering::Relaxed);
+        self.reads.fetch_add(reads as u64, Ordering::Relaxed);
+    }
 }
 
 /// RDMA READs of one engine's regions.
 pub struct VerbsEndpoint {
+    shared: Arc<Shared>,
+}
+
+/// What the endpoint and its asynchronous reads share.
+struct Shared {
     device: Arc<Device>,
     side_addr: String,
     regions: Vec<RegionDescriptor>,
-    /// Queue pairs by (thread, target). Each is only ever locked by its own
-    /// thread; the mutex makes the endpoint `Sync`, it is never contended.
+    /// Queue pairs by (thread, target). Each is locked by its own thread,
+    /// and by a future of its thread's polled elsewhere; the mutex makes
+    /// the endpoint `Sync`.
     conns: Mutex<HashMap<(ThreadId, u16), ConnRef>>,
     counts: Arc<ReadCounts>,
-    url: String,
+    url: Arc<str>,
 }
 
 impl std::fmt::Debug for VerbsEndpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VerbsEndpoint")
-            .field("engine", &self.url)
-            .field("regions", &self.regions.len())
-            .field("queue_pairs", &self.conns_map().len())
+            .field("engine", &self.shared.url)
+            .field("regions", &self.shared.regions.len())
+            .field("queue_pairs", &self.shared.conns_map().len())
             .finish()
     }
 }
@@ -116,6 +133,15 @@ fn fabric_err(url: &str, e: impl std::fmt::Display) -> Error {
     Error::Protocol {
         url: url.to_string(),
         detail: format!("verbs: {e}"),
+    }
+}
+
+/// A read that failed because the engine or the path to it is gone.
+fn read_failed(url: &str, region_id: u32, cause: String) -> Error {
+    Error::Disconnected {
+        url: url.to_string(),
+        op: "RDMA READ",
+        detail: format!("region {region_id}: {cause}"),
     }
 }
 
@@ -131,7 +157,7 @@ fn open_conn(
     side_addr: &str,
     url: &str,
 ) -> Result<(Conn, Vec<RegionDescriptor>)> {
-    let mut qp = RcQp::create(device.clone(), MAX_BATCH as u32).map_err(|e| fabric_err(url, e))?;
+    let mut qp = RcQp::create(device.clone(), QP_DEPTH as u32).map_err(|e| fabric_err(url, e))?;
     let mut side = TcpStream::connect(side_addr).map_err(|source| Error::Connect {
         url: url.to_string(),
         source,
@@ -139,6 +165,8 @@ fn open_conn(
     let (remote, regions) =
         exchange(&mut side, &qp.local_info()).map_err(|e| fabric_err(url, e))?;
     qp.connect(&remote, false).map_err(|e| fabric_err(url, e))?;
+    side.set_nonblocking(true)
+        .map_err(|e| fabric_err(url, format!("side channel: {e}")))?;
     let mut buf = vec![0u8; BUFFER_BYTES].into_boxed_slice();
     // SAFETY: buf is owned by Conn next to mr, and Conn drops mr first.
     let mr = unsafe {
@@ -150,13 +178,7 @@ fn open_conn(
         )
     }
     .map_err(|e| fabric_err(url, e))?;
-    let conn = Conn {
-        qp,
-        mr,
-        buf,
-        _side: side,
-    };
-    Ok((conn, regions))
+    Ok((Conn::new(qp, mr, buf, side), regions))
 }
 
 impl VerbsEndpoint {
@@ -174,37 +196,53 @@ impl VerbsEndpoint {
             (std::thread::current().id(), first_target),
             Arc::new(Mutex::new(conn)),
         );
-        Ok(Self {
+        let counts = ReadCounts {
+            queue_pairs: AtomicU64::new(1),
+            ..ReadCounts::default()
+        };
+        let shared = Shared {
             device,
             side_addr: side_addr.to_string(),
             regions,
             conns: Mutex::new(conns),
-            counts: Arc::default(),
-            url,
+            counts: Arc::new(counts),
+            url: url.into(),
+        };
+        Ok(Self {
+            shared: Arc::new(shared),
         })
     }
 
     /// The verbs region descriptors the engine sent.
     pub fn regions(&self) -> &[RegionDescriptor] {
-        &self.regions
+        &self.shared.regions
     }
 
     /// The regions by target, for a `OneSidedReader`.
     pub fn targets(&self) -> Result<Vec<TargetRegions>> {
-        pair_targets(&self.regions).map_err(|e| fabric_err(&self.url, e))
+        pair_targets(&self.shared.regions).map_err(|e| fabric_err(&self.shared.url, e))
     }
 
     /// This endpoint's read and doorbell counts (shared: still readable
     /// after the endpoint is boxed into a `OneSidedReader`).
     pub fn read_counts(&self) -> Arc<ReadCounts> {
-        self.counts.clone()
+        self.shared.counts.clone()
     }
 
     /// Queue pairs connected so far (one per thread and target read).
     pub fn queue_pairs(&self) -> usize {
-        self.conns_map().len()
+        self.shared.conns_map().len()
     }
 
+    /// Reads every entry of `reads` with one doorbell per target queue pair
+    /// (at most [`MAX_BATCH`] reads and [`BUFFER_BYTES`] per queue pair; a
+    /// longer list goes in rounds).
+    pub fn read_batch(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
+        self.shared.read_batch(reads)
+    }
+}
+
+impl Shared {
     fn conns_map(&self) -> MutexGuard<'_, HashMap<(ThreadId, u16), ConnRef>> {
         self.conns.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -231,13 +269,11 @@ impl VerbsEndpoint {
         }
         let conn = Arc::new(Mutex::new(conn));
         self.conns_map().insert(key, conn.clone());
+        self.counts.queue_pairs.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
     }
 
-    /// Reads every entry of `reads` with one doorbell per target queue pair
-    /// (at most [`MAX_BATCH`] reads and [`BUFFER_BYTES`] per queue pair; a
-    /// longer list goes in rounds).
-    pub fn read_batch(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
+    fn read_batch(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
         for r in reads.iter() {
             check_bounds(r.region, r.offset, r.buf.len(), r.buf.len())?;
             if r.buf.len() > BUFFER_BYTES {
@@ -266,8 +302,8 @@ impl VerbsEndpoint {
         Ok(())
     }
 
-    /// Posts the next chunk of every target's list, polls them all, copies
-    /// the bytes out; advances `next`.
+    /// Posts the next chunk of every target's list, then waits for each
+    /// chunk and copies its bytes out; advances `next`.
     fn round(
         &self,
         reads: &mut [BatchRead<'_>],
@@ -276,7 +312,7 @@ impl VerbsEndpoint {
         next: &mut [usize],
     ) -> Result<()> {
         let mut guards: Vec<MutexGuard<'_, Conn>> = conns.iter().map(lock).collect();
-        let mut chunks: Vec<&[usize]> = Vec::with_capacity(guards.len());
+        let mut posted: Vec<(&[usize], Option<u64>)> = Vec::with_capacity(guards.len());
         for ((g, (_, list)), n) in guards.iter_mut().zip(by_target).zip(next.iter_mut()) {
             let (mut bytes, mut end) = (0usize, *n);
             while end < list.len()
@@ -288,44 +324,38 @@ impl VerbsEndpoint {
             }
             let chunk = &list[*n..end];
             *n = end;
-            chunks.push(chunk);
+            let Some(&head) = chunk.first() else {
+                posted.push((chunk, None));
+                continue;
+            };
+            let remotes: Vec<Remote> = chunk.iter().map(|&i| remote(&reads[i])).collect();
+            let region_id = reads[head].region.region_id;
+            // A full queue pair (asynchronous reads in flight) takes the
+            // chunk in the wait below instead.
+            let first = (g.post(&remotes, false))
+                .map_err(|cause| read_failed(&self.url, region_id, cause))?;
+            if first.is_some() {
+                self.counts.posted(remotes.len());
+            }
+            posted.push((chunk, first));
+        }
+        for (g, (chunk, first)) in guards.iter_mut().zip(posted) {
             if chunk.is_empty() {
                 continue;
             }
-            let base = g.buf.as_mut_ptr() as u64;
-            let (lkey, mut at) = (g.mr.lkey(), 0u64);
-            let wrs: Vec<ReadWr> = (chunk.iter())
-                .map(|&i| {
-                    let r = &reads[i];
-                    let w = ReadWr {
-                        local_addr: base + at,
-                        lkey,
-                        len: r.buf.len() as u32,
-                        remote_addr: r.region.remote_addr + r.offset,
-                        rkey: r.region.access_key as u32,
-                    };
-                    at += r.buf.len() as u64;
-                    w
-                })
-                .collect();
             let region_id = reads[chunk[0]].region.region_id;
-            g.qp.post_reads(&wrs)
-                .map_err(|e| self.read_failed(region_id, e))?;
-            self.counts.doorbells.fetch_add(1, Ordering::Relaxed);
-            (self.counts.reads).fetch_add(wrs.len() as u64, Ordering::Relaxed);
-        }
-        for (g, chunk) in guards.iter_mut().zip(&chunks) {
-            let Some(&first) = chunk.first() else {
-                continue;
+            let failed = |cause| read_failed(&self.url, region_id, cause);
+            let remotes: Vec<Remote> = match first {
+                Some(_) => Vec::new(),
+                None => chunk.iter().map(|&i| remote(&reads[i])).collect(),
             };
-            let region_id = reads[first].region.region_id;
-            g.qp.poll(POLL_TIMEOUT)
-                .map_err(|e| self.read_failed(region_id, e))?;
-            let mut at = 0usize;
-            for &i in chunk.iter() {
-                let n = reads[i].buf.len();
-                reads[i].buf.copy_from_slice(&g.buf[at..at + n]);
-                at += n;
+            let mut dsts = pick_bufs(reads, chunk);
+            match first {
+                Some(first) => g.wait_posted(first, &mut dsts).map_err(failed)?,
+                None => {
+                    g.read_wait(&remotes, &mut dsts).map_err(failed)?;
+                    self.counts.posted(remotes.len());
+                }
             }
         }
         Ok(())
@@ -336,30 +366,38 @@ impl VerbsEndpoint {
     /// the lists a batch builds (a GET's dependent reads come this way).
     fn read_one(&self, region: &RegionDescriptor, offset: u64, buf: &mut [u8]) -> Result<()> {
         let conn = self.conn(region.target)?;
-        let mut g = lock(&conn);
-        let wr = ReadWr {
-            local_addr: g.buf.as_mut_ptr() as u64,
-            lkey: g.mr.lkey(),
-            len: buf.len() as u32,
-            remote_addr: region.remote_addr + offset,
+        let r = Remote {
+            addr: region.remote_addr + offset,
             rkey: region.access_key as u32,
+            len: buf.len(),
         };
-        g.qp.post_reads(std::slice::from_ref(&wr))
-            .map_err(|e| self.read_failed(region.region_id, e))?;
-        self.counts.doorbells.fetch_add(1, Ordering::Relaxed);
-        self.counts.reads.fetch_add(1, Ordering::Relaxed);
-        g.qp.poll(POLL_TIMEOUT)
-            .map_err(|e| self.read_failed(region.region_id, e))?;
-        buf.copy_from_slice(&g.buf[..buf.len()]);
-        Ok(())
+        let mut g = lock(&conn);
+        self.counts.posted(1);
+        g.read_wait(&[r], &mut [buf])
+            .map_err(|cause| read_failed(&self.url, region.region_id, cause))
     }
+}
 
-    fn read_failed(&self, region_id: u32, e: impl std::fmt::Display) -> Error {
-        Error::Region {
-            region_id,
-            reason: format!("RDMA READ from {}: {e}", self.url),
+/// Where a batch entry reads from.
+fn remote(r: &BatchRead<'_>) -> Remote {
+    Remote {
+        addr: r.region.remote_addr + r.offset,
+        rkey: r.region.access_key as u32,
+        len: r.buf.len(),
+    }
+}
+
+/// The buffers of `reads` at the indices of `chunk` (distinct, ascending).
+fn pick_bufs<'a>(reads: &'a mut [BatchRead<'_>], chunk: &[usize]) -> Vec<&'a mut [u8]> {
+    let mut out = Vec::with_capacity(chunk.len());
+    let mut it = chunk.iter().peekable();
+    for (i, r) in reads.iter_mut().enumerate() {
+        if it.peek() == Some(&&i) {
+            it.next();
+            out.push(&mut *r.buf);
         }
     }
+    out
 }
 
 impl Endpoint for VerbsEndpoint {
@@ -372,13 +410,14 @@ impl Endpoint for VerbsEndpoint {
     ) -> Result<()> {
         check_bounds(region, offset, len, buf.len())?;
         for (i, chunk) in buf[..len].chunks_mut(BUFFER_BYTES).enumerate() {
-            self.read_one(region, offset + (i * BUFFER_BYTES) as u64, chunk)?;
+            self.shared
+                .read_one(region, offset + (i * BUFFER_BYTES) as u64, chunk)?;
         }
         Ok(())
     }
 
     fn read_many(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
-        self.read_batch(reads)
+        self.shared.read_batch(reads)
     }
 
     fn batches_reads(&self) -> bool {
@@ -387,6 +426,10 @@ impl Endpoint for VerbsEndpoint {
 
     fn provider(&self) -> &'static str {
         "verbs"
+    }
+
+    fn async_reads(&self) -> Option<Arc<dyn AsyncReads>> {
+        Some(self.shared.clone())
     }
 }
 

@@ -44,7 +44,10 @@ use crate::region::Region;
 use crate::server::ServerError;
 
 pub use device::{gid_of, sysfs_gid_text, Device, DeviceSelector, NO_DEVICE};
-pub use qp::{QpInfo, QpState, RcQp, ReadWr, MAX_BATCH, QP_INFO_BYTES};
+pub use qp::{
+    QpInfo, QpState, RcQp, ReadWr, WorkCompletion, ACK_TIMEOUT_EXPONENT, MAX_BATCH, QP_INFO_BYTES,
+    RETRY_COUNT,
+};
 pub use side::{exchange, serve, SideChannel};
 pub use start::{start_for_engine, RunningVerbs, VerbsSpec, VerbsStart, DEFAULT_SIDE_LISTEN};
 

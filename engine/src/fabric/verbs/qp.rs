@@ -16,7 +16,6 @@
 //! | 31 | reserved, 0 |
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use rdma_sys::{
     ibv_access_flags, ibv_cq, ibv_create_cq, ibv_create_qp, ibv_destroy_cq, ibv_destroy_qp,
@@ -106,9 +105,10 @@ impl QpState {
 }
 
 /// One RDMA READ: `len` bytes at `remote_addr` (rkey) into local memory
-/// registered with `lkey`.
+/// registered with `lkey`; its completion carries `wr_id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadWr {
+    pub wr_id: u64,
     pub local_addr: u64,
     pub lkey: u32,
     pub len: u32,
@@ -118,6 +118,20 @@ pub struct ReadWr {
 
 /// Work requests posted per doorbell at most.
 pub const MAX_BATCH: usize = 16;
+
+/// Local ACK timeout of a requester queue pair: 4.096 µs × 2^14 ≈ 67 ms
+/// without an answer before a read is sent again.
+pub const ACK_TIMEOUT_EXPONENT: u8 = 14;
+/// Times a read is sent again before its completion reports "transport
+/// retry counter exceeded" and the queue pair breaks: with
+/// [`ACK_TIMEOUT_EXPONENT`], a gone peer is reported after about
+/// 6 × 67 ms = 0.4 s. (7 would mean "retry forever" to soft-RoCE, so that a
+/// read of a killed engine never completed.)
+pub const RETRY_COUNT: u8 = 5;
+
+/// The completion of one work request: its `wr_id` and, when it failed,
+/// why (the status text and number).
+pub type WorkCompletion = (u64, Result<(), String>);
 
 /// A reliable-connected queue pair with its own completion queue.
 #[derive(Debug)]
@@ -242,8 +256,8 @@ impl RcQp {
         // SAFETY: as above.
         let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = 14;
-        a.retry_cnt = 7;
+        a.timeout = ACK_TIMEOUT_EXPONENT;
+        a.retry_cnt = RETRY_COUNT;
         a.rnr_retry = 7;
         a.sq_psn = self.psn;
         a.max_rd_atomic = dev.max_rd_atomic();
@@ -277,7 +291,7 @@ impl RcQp {
 
     /// Posts `reads` as one linked list (one doorbell); each is signalled.
     /// The local buffers must stay registered and untouched until
-    /// [`RcQp::poll`] has returned their completions.
+    /// [`RcQp::poll_completions`] has returned their completions.
     pub fn post_reads(&mut self, reads: &[ReadWr]) -> Result<(), ServerError> {
         if self.state != QpState::Rts {
             return Err(ServerError::Fabric(format!(
@@ -306,7 +320,7 @@ impl RcQp {
                 lkey: r.lkey,
             };
             let w = &mut wrs[i];
-            w.wr_id = i as u64;
+            w.wr_id = r.wr_id;
             w.sg_list = &mut sges[i];
             w.num_sge = 1;
             w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
@@ -332,54 +346,44 @@ impl RcQp {
         Ok(())
     }
 
-    /// Busy-polls until every posted read has completed or `timeout`
-    /// passed. A failed completion moves the queue pair to Error.
-    pub fn poll(&mut self, timeout: Duration) -> Result<(), ServerError> {
-        // The clock is first read after 1024 empty polls (a read completes
-        // sooner on hardware), then every 1024th: on a slow clock (an
-        // emulated HPET) every read of it would delay noticing the
-        // completion. The timeout counts from that first reading.
-        const CLOCK_EVERY: u32 = 1024;
-        let mut deadline: Option<Instant> = None;
+    /// Work requests posted and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// Takes what completions the completion queue holds now (at most
+    /// [`MAX_BATCH`]) into `out` without waiting; returns how many. A
+    /// failed completion moves the queue pair to Error (every later one is
+    /// then flushed with an error too).
+    pub fn poll_completions(
+        &mut self,
+        out: &mut Vec<WorkCompletion>,
+    ) -> Result<usize, ServerError> {
+        if self.outstanding == 0 {
+            return Ok(0);
+        }
         // SAFETY: all-zero is a valid ibv_wc.
         let mut wcs: [ibv_wc; MAX_BATCH] = unsafe { std::mem::zeroed() };
-        let mut empty_polls = 0u32;
-        while self.outstanding > 0 {
-            // SAFETY: cq is valid; wcs has room for MAX_BATCH entries.
-            let n = unsafe { ibv_poll_cq(self.cq, MAX_BATCH as i32, wcs.as_mut_ptr()) };
-            if n < 0 {
-                self.state = QpState::Error;
-                return Err(ServerError::Fabric("ibv_poll_cq failed".into()));
-            }
-            let n = n as usize;
-            self.outstanding = self.outstanding.saturating_sub(n);
-            if let Some(bad) = wcs[..n]
-                .iter()
-                .find(|w| w.status != ibv_wc_status::IBV_WC_SUCCESS)
-            {
-                self.state = QpState::Error;
-                // SAFETY: returns a static C string for any status value.
-                let what = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(bad.status)) };
-                return Err(ServerError::Fabric(format!(
-                    "RDMA READ failed: {} (status {}); the engine may be gone",
-                    what.to_string_lossy(),
-                    bad.status
-                )));
-            }
-            empty_polls = empty_polls.wrapping_add(u32::from(n == 0));
-            if n != 0 || empty_polls % CLOCK_EVERY != 0 {
+        // SAFETY: cq is valid; wcs has room for MAX_BATCH entries.
+        let n = unsafe { ibv_poll_cq(self.cq, MAX_BATCH as i32, wcs.as_mut_ptr()) };
+        if n < 0 {
+            self.state = QpState::Error;
+            return Err(ServerError::Fabric("ibv_poll_cq failed".into()));
+        }
+        let n = n as usize;
+        self.outstanding = self.outstanding.saturating_sub(n);
+        for w in &wcs[..n] {
+            if w.status == ibv_wc_status::IBV_WC_SUCCESS {
+                out.push((w.wr_id, Ok(())));
                 continue;
             }
-            let now = Instant::now();
-            if now > *deadline.get_or_insert(now + timeout) {
-                self.state = QpState::Error;
-                return Err(ServerError::Fabric(format!(
-                    "{} RDMA READs not completed within {timeout:?}; the engine may be gone or unreachable",
-                    self.outstanding
-                )));
-            }
+            self.state = QpState::Error;
+            // SAFETY: returns a static C string for any status value.
+            let what = unsafe { std::ffi::CStr::from_ptr(ibv_wc_status_str(w.status)) };
+            let what = format!("{} (status {})", what.to_string_lossy(), w.status);
+            out.push((w.wr_id, Err(what)));
         }
-        Ok(())
+        Ok(n)
     }
 }
 

@@ -1,0 +1,131 @@
+//! Asynchronous RDMA READs: posted on the calling thread's queue pair when
+//! asked for, completed by the future that polls the completion queue.
+//!
+//! A poll never blocks: it files what completions the queue holds (its own
+//! and other reads' of the queue pair, by `wr_id`), and when its read has
+//! not landed it wakes its own task again and returns `Pending`, so that
+//! the executor runs other tasks before polling once more. The wait is
+//! bounded as a blocking read's is (side channel closed, queue pair
+//! retries, `POLL_TIMEOUT`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use ferrite_proto::region::RegionDescriptor;
+
+use super::conn::{Patience, Remote};
+use super::{lock, read_failed, ConnRef, ReadCounts, Shared, BUFFER_BYTES};
+use crate::client::error::{Error, Result};
+use crate::fabric::{check_bounds, AsyncReads, ReadFuture};
+
+/// One asynchronous read.
+struct PostedRead {
+    conn: ConnRef,
+    remote: Remote,
+    region_id: u32,
+    /// Set once posted (the queue pair may have had no room at first).
+    wr_id: Option<u64>,
+    finished: bool,
+    patience: Patience,
+    counts: Arc<ReadCounts>,
+    url: Arc<str>,
+}
+
+impl PostedRead {
+    /// Posts the read if it is not yet and there is room; the error when
+    /// the queue pair is broken.
+    fn try_post(&mut self) -> Result<()> {
+        if self.wr_id.is_some() {
+            return Ok(());
+        }
+        let posted = lock(&self.conn).post(std::slice::from_ref(&self.remote), true);
+        match posted {
+            Ok(Some(id)) => {
+                self.counts.posted(1);
+                self.wr_id = Some(id);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(cause) => Err(self.failed(cause)),
+        }
+    }
+
+    fn failed(&mut self, cause: String) -> Error {
+        self.finished = true;
+        read_failed(&self.url, self.region_id, cause)
+    }
+}
+
+impl Future for PostedRead {
+    type Output = Result<Vec<u8>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if let Err(e) = this.try_post() {
+            return Poll::Ready(Err(e));
+        }
+        let conn = this.conn.clone();
+        let mut g = lock(&conn);
+        let found = g.progress();
+        if let Some(id) = this.wr_id {
+            if let Some(r) = g.take_owned(id) {
+                this.finished = true;
+                return Poll::Ready(
+                    r.map_err(|cause| read_failed(&this.url, this.region_id, cause)),
+                );
+            }
+        }
+        if found == 0 {
+            if let Err(cause) = this.patience.idle(&mut g) {
+                drop(g);
+                return Poll::Ready(Err(this.failed(cause)));
+            }
+        }
+        drop(g);
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl Drop for PostedRead {
+    fn drop(&mut self) {
+        if let (Some(id), false) = (self.wr_id, self.finished) {
+            lock(&self.conn).abandon(id);
+        }
+    }
+}
+
+impl AsyncReads for Shared {
+    fn read_async(&self, region: &RegionDescriptor, offset: u64, len: usize) -> ReadFuture {
+        let start = || -> Result<PostedRead> {
+            check_bounds(region, offset, len, len)?;
+            if len > BUFFER_BYTES {
+                return Err(Error::InvalidArgument(format!(
+                    "verbs read of {len} bytes (at most {BUFFER_BYTES})"
+                )));
+            }
+            let mut read = PostedRead {
+                conn: self.conn(region.target)?,
+                remote: Remote {
+                    addr: region.remote_addr + offset,
+                    rkey: region.access_key as u32,
+                    len,
+                },
+                region_id: region.region_id,
+                wr_id: None,
+                finished: false,
+                patience: Patience::default(),
+                counts: self.counts.clone(),
+                url: self.url.clone(),
+            };
+            read.try_post()?;
+            Ok(read)
+        };
+        match start() {
+            Ok(read) => Box::pin(read),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
