@@ -15,6 +15,7 @@
 //! | 30 | active MTU (`ibv_mtu`: 1 = 256 … 5 = 4096) |
 //! | 31 | reserved, 0 |
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use rdma_sys::{
@@ -311,15 +312,17 @@ impl RcQp {
             length: 0,
             lkey: 0,
         }; MAX_BATCH];
-        // SAFETY: all-zero is a valid ibv_send_wr (null next and sg_list).
-        let mut wrs: [ibv_send_wr; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        // Only the entries posted are written (a GET posts one): clearing
+        // all MAX_BATCH of them cost more than the read's own setup.
+        let mut wrs = [const { MaybeUninit::<ibv_send_wr>::uninit() }; MAX_BATCH];
         for (i, r) in reads.iter().enumerate() {
             sges[i] = ibv_sge {
                 addr: r.local_addr,
                 length: r.len,
                 lkey: r.lkey,
             };
-            let w = &mut wrs[i];
+            // SAFETY: all-zero is a valid ibv_send_wr (null next and sg_list).
+            let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
             w.wr_id = r.wr_id;
             w.sg_list = &mut sges[i];
             w.num_sge = 1;
@@ -327,15 +330,17 @@ impl RcQp {
             w.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
             w.wr.rdma.remote_addr = r.remote_addr;
             w.wr.rdma.rkey = r.rkey;
+            wrs[i].write(w);
         }
         for i in 1..reads.len() {
-            let next: *mut ibv_send_wr = &mut wrs[i];
-            wrs[i - 1].next = next;
+            let next = wrs[i].as_mut_ptr();
+            // SAFETY: entries 0..reads.len() were written above.
+            unsafe { wrs[i - 1].assume_init_mut() }.next = next;
         }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: qp is in RTS; the list and its SGEs live until the call
         // returns (the provider copies them into the send queue).
-        let rc = unsafe { ibv_post_send(self.qp, wrs.as_mut_ptr(), &mut bad) };
+        let rc = unsafe { ibv_post_send(self.qp, wrs[0].as_mut_ptr(), &mut bad) };
         if rc != 0 {
             return Err(ServerError::Fabric(format!(
                 "ibv_post_send: {}",
@@ -362,10 +367,10 @@ impl RcQp {
         if self.outstanding == 0 {
             return Ok(0);
         }
-        // SAFETY: all-zero is a valid ibv_wc.
-        let mut wcs: [ibv_wc; MAX_BATCH] = unsafe { std::mem::zeroed() };
+        // Not cleared: this runs on every empty poll of a waiting read.
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; MAX_BATCH];
         // SAFETY: cq is valid; wcs has room for MAX_BATCH entries.
-        let n = unsafe { ibv_poll_cq(self.cq, MAX_BATCH as i32, wcs.as_mut_ptr()) };
+        let n = unsafe { ibv_poll_cq(self.cq, MAX_BATCH as i32, wcs[0].as_mut_ptr()) };
         if n < 0 {
             self.state = QpState::Error;
             return Err(ServerError::Fabric("ibv_poll_cq failed".into()));
@@ -373,6 +378,8 @@ impl RcQp {
         let n = n as usize;
         self.outstanding = self.outstanding.saturating_sub(n);
         for w in &wcs[..n] {
+            // SAFETY: ibv_poll_cq wrote the first n entries.
+            let w = unsafe { w.assume_init_ref() };
             if w.status == ibv_wc_status::IBV_WC_SUCCESS {
                 out.push((w.wr_id, Ok(())));
                 continue;
