@@ -83,6 +83,7 @@ fn overwrites_stay_within_twice_the_live_data() {
             assert!(st.bytes_appended > 2 * st.log_capacity_bytes);
             assert!(max_used.get() <= 2 * st.live_bytes + 6 * cfg().segment_bytes);
             assert!(st.cleaner_passes > 0);
+            assert!(st.cleaner_dead_by_slot > 0, "every dead record took a directory seek");
             assert!(
                 st.log_used_bytes <= 2 * st.live_bytes + 2 * cfg().segment_bytes,
                 "used {} live {}",

@@ -313,6 +313,54 @@ struct Seek {
     at: Option<(Raw, Vec<u8>, bool)>,
 }
 
+/// Bytes of a dkey, and of an akey, that a [`Fence`] keeps.
+const FENCE_DKEY: usize = 16;
+const FENCE_AKEY: usize = 8;
+
+/// A fixed-size summary of a key that keeps its order: keys whose fences
+/// differ are ordered as their fences; equal fences leave it to the keys.
+/// Each part is the first bytes, zero-padded, then the length capped at
+/// one more than what is kept; the akey counts only when the whole dkey is
+/// kept (else two dkeys with the same first 16 bytes would be ordered by
+/// their akeys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Fence {
+    obj: [u8; OBJ_BYTES],
+    dkey: [u8; FENCE_DKEY],
+    dkey_len: u8,
+    akey: [u8; FENCE_AKEY],
+    akey_len: u8,
+}
+
+impl Fence {
+    fn new(obj: &[u8; OBJ_BYTES], dkey: &[u8], akey: &[u8]) -> Self {
+        let mut f = Fence {
+            obj: *obj,
+            dkey: [0; FENCE_DKEY],
+            dkey_len: dkey.len().min(FENCE_DKEY + 1) as u8,
+            akey: [0; FENCE_AKEY],
+            akey_len: 0,
+        };
+        let n = dkey.len().min(FENCE_DKEY);
+        f.dkey[..n].copy_from_slice(&dkey[..n]);
+        if dkey.len() <= FENCE_DKEY {
+            let m = akey.len().min(FENCE_AKEY);
+            f.akey[..m].copy_from_slice(&akey[..m]);
+            f.akey_len = akey.len().min(FENCE_AKEY + 1) as u8;
+        }
+        f
+    }
+
+    /// The fence of a block: of its first key.
+    fn of_block(b: &[u8]) -> Self {
+        let (c, dkey_len) = first_key(b);
+        let d = OBJ_BYTES + dkey_len;
+        let mut obj = [0u8; OBJ_BYTES];
+        obj.copy_from_slice(&c[..OBJ_BYTES]);
+        Self::new(&obj, &c[OBJ_BYTES..d], &c[d..])
+    }
+}
+
 /// The key directory: every live key in sorted order, packed.
 ///
 /// Entries live in blocks of about a kilobyte, each a byte string of
@@ -327,6 +375,8 @@ struct Seek {
 #[derive(Default)]
 pub struct Directory {
     blocks: Vec<Box<[u8]>>,
+    /// `fences[i]` is `Fence::of_block(&blocks[i])`.
+    fences: Vec<Fence>,
     keys: usize,
 }
 
@@ -335,13 +385,38 @@ impl Directory {
         self.keys
     }
 
-    /// Index of the block that holds (or would hold) `k`.
+    /// Index of the block that holds (or would hold) `k`: the last block
+    /// whose first key is at most `k`.
     fn block_for(&self, k: &Key<'_>) -> usize {
-        let after = self.blocks.partition_point(|b| {
-            let (c, dl) = first_key(b);
-            k.cmp_stored(c, dl) != Ordering::Less
-        });
-        after.saturating_sub(1)
+        let fk = Fence::new(&k.obj, k.dkey, k.akey);
+        let (mut lo, mut hi) = (0, self.fences.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let at_most_k = match self.fences[mid].cmp(&fk) {
+                Ordering::Less => true,
+                Ordering::Greater => false,
+                Ordering::Equal => {
+                    let (c, dl) = first_key(&self.blocks[mid]);
+                    k.cmp_stored(c, dl) != Ordering::Less
+                }
+            };
+            if at_most_k {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo.saturating_sub(1)
+    }
+
+    fn set_block(&mut self, i: usize, b: Box<[u8]>) {
+        self.fences[i] = Fence::of_block(&b);
+        self.blocks[i] = b;
+    }
+
+    fn insert_block(&mut self, i: usize, b: Box<[u8]>) {
+        self.fences.insert(i, Fence::of_block(&b));
+        self.blocks.insert(i, b);
     }
 
     fn seek(&self, k: &Key<'_>) -> Seek {
@@ -394,7 +469,7 @@ impl Directory {
             let (c, dl) = k.composite();
             let mut b = Vec::new();
             encode_entry(&mut b, &[], &c, dl, &tail);
-            self.blocks.push(b.into_boxed_slice());
+            self.insert_block(0, b.into_boxed_slice());
             self.keys += 1;
             return None;
         }
@@ -438,10 +513,11 @@ impl Directory {
     fn replace_block(&mut self, i: usize, b: Vec<u8>) {
         if b.is_empty() {
             self.blocks.remove(i);
+            self.fences.remove(i);
             return;
         }
         if b.len() <= BLOCK_MAX_BYTES {
-            self.blocks[i] = b.into_boxed_slice();
+            self.set_block(i, b.into_boxed_slice());
             return;
         }
         let mut scan = Scan::new(&b);
@@ -457,13 +533,13 @@ impl Directory {
                     &b[raw.tail..raw.end],
                 );
                 second.extend_from_slice(&b[raw.end..]);
-                self.blocks[i] = b[..raw.start].into();
-                self.blocks.insert(i + 1, second.into_boxed_slice());
+                self.set_block(i, b[..raw.start].into());
+                self.insert_block(i + 1, second.into_boxed_slice());
                 return;
             }
         }
         // One entry larger than a block: it stays alone.
-        self.blocks[i] = b.into_boxed_slice();
+        self.set_block(i, b.into_boxed_slice());
     }
 
     pub fn remove(&mut self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<Entry> {
@@ -618,15 +694,17 @@ impl Directory {
         });
     }
 
-    /// Heap bytes held: the block vector and every block's allocation
-    /// (malloc rounds to 16 bytes and adds 8 of header).
+    /// Heap bytes held: the block and fence vectors and every block's
+    /// allocation (malloc rounds to 16 bytes and adds 8 of header).
     pub fn estimated_bytes(&self) -> usize {
         let blocks: usize = self
             .blocks
             .iter()
             .map(|b| (b.len() + 8).div_ceil(16) * 16)
             .sum();
-        blocks + self.blocks.capacity() * std::mem::size_of::<Box<[u8]>>()
+        blocks
+            + self.blocks.capacity() * std::mem::size_of::<Box<[u8]>>()
+            + self.fences.capacity() * std::mem::size_of::<Fence>()
     }
 }
 #[cfg(test)]

@@ -217,6 +217,9 @@ pub struct StoreStats {
     pub cleaner_passes: u64,
     pub cleaner_records_copied: u64,
     pub cleaner_bytes_copied: u64,
+    /// Scanned records the cleaner found dead by their bucket chain alone
+    /// (no directory seek).
+    pub cleaner_dead_by_slot: u64,
     /// Small live records the keeper copied forward to keep them in the ring.
     pub keeper_records_kept: u64,
     pub keeper_bytes_kept: u64,
@@ -242,6 +245,7 @@ struct Counters {
     cleaner_passes: u64,
     cleaner_records_copied: u64,
     cleaner_bytes_copied: u64,
+    cleaner_dead_by_slot: u64,
     keeper_records_kept: u64,
     keeper_bytes_kept: u64,
     keeper_skipped_bytes: u64,
@@ -323,6 +327,7 @@ impl Store {
             cleaner_passes: c.cleaner_passes,
             cleaner_records_copied: c.cleaner_records_copied,
             cleaner_bytes_copied: c.cleaner_bytes_copied,
+            cleaner_dead_by_slot: c.cleaner_dead_by_slot,
             keeper_records_kept: c.keeper_records_kept,
             keeper_bytes_kept: c.keeper_bytes_kept,
             keeper_skipped_bytes: c.keeper_skipped_bytes,

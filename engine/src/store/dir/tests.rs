@@ -85,7 +85,7 @@ fn random_entry(rng: &mut impl rand::Rng) -> Entry {
 }
 
 fn random_part(rng: &mut impl rand::Rng) -> Vec<u8> {
-    let len = [0, 1, 2, 8, 40][rng.gen_range(0..5)];
+    let len = [0, 1, 2, 8, 16, 17, 40][rng.gen_range(0..7)];
     (0..len)
         .map(|_| [0u8, 1, b'a', 255][rng.gen_range(0..4)])
         .collect()
@@ -93,6 +93,8 @@ fn random_part(rng: &mut impl rand::Rng) -> Vec<u8> {
 
 fn check_same(d: &Directory, model: &Model) {
     assert_eq!(d.len(), model.len());
+    let fences: Vec<_> = d.blocks.iter().map(|b| Fence::of_block(b)).collect();
+    assert_eq!(d.fences, fences, "a block's fence is stale");
     let mut all = Vec::new();
     d.for_each(|o, dk, ak, e| all.push(((o, dk.to_vec(), ak.to_vec()), e.clone())));
     let want: Vec<_> = model.iter().map(|(k, e)| (k.clone(), e.clone())).collect();
@@ -195,5 +197,47 @@ fn check_listings(d: &Directory, model: &Model, obj: ObjectId, dk: &[u8]) {
     if let Some(a) = akeys.first() {
         let rest = d.list_akeys(obj, dk, Some(a), usize::MAX);
         assert_eq!(rest, akeys[1..].to_vec());
+    }
+}
+
+/// Fences never order two keys against their order: over random keys
+/// (short, long, zero bytes, shared prefixes), `k1 < k2` implies
+/// `fence(k1) <= fence(k2)`, and different fences imply different keys.
+#[test]
+fn fences_keep_the_order_of_keys() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(ferrite_xstream::seed_from_env());
+    let mut keys: Vec<(ObjectId, Vec<u8>, Vec<u8>)> = (0..3000)
+        .map(|_| {
+            let obj = (rng.gen_range(0..2u64), rng.gen_range(0..2u128));
+            (obj, random_part(&mut rng), random_part(&mut rng))
+        })
+        .collect();
+    // Keys that differ only past what a fence keeps.
+    let long = |tail: &[u8]| [[b'a'; 16].as_slice(), tail].concat();
+    for dkey in [
+        long(b""),
+        long(b"\0"),
+        long(b"\x01"),
+        long(b"\0\0"),
+        long(b"\x01\0"),
+    ] {
+        for akey in [
+            &b""[..],
+            b"\0",
+            b"z",
+            b"aaaaaaaa",
+            b"aaaaaaaa\0",
+            b"aaaaaaaaz",
+        ] {
+            keys.push(((1, 1), dkey.clone(), akey.to_vec()));
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    let fence =
+        |(o, d, a): &(ObjectId, Vec<u8>, Vec<u8>)| Fence::new(&Key::new(*o, d, a).obj, d, a);
+    for pair in keys.windows(2) {
+        assert!(fence(&pair[0]) <= fence(&pair[1]), "{pair:?}");
     }
 }
