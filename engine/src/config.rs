@@ -81,8 +81,8 @@ pub struct JobsConfig {
     /// Execution streams this engine offers the resource manager, next to
     /// those of `ferrite worker` processes: stream `x` runs its granted
     /// tasks on xstream `x mod xstreams`, in the background task class
-    /// (storage steps straight on the targets, `exec` steps on the
-    /// xstream's blocking-thread pool). 0, the default, leaves tasks to
+    /// (storage steps straight on the targets, `exec` steps waited for by
+    /// a thread of their own). 0, the default, leaves tasks to
     /// workers, so job tasks never compete with client I/O unless asked.
     pub task_slots: u32,
 }

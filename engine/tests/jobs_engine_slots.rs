@@ -185,3 +185,43 @@ fn a_job_stored_in_another_engine_is_kept_off_the_engine_streams() {
     service.shutdown();
     engine.shutdown().unwrap();
 }
+
+fn mkfifo(path: &std::path::Path) {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo {}", path.display());
+}
+
+/// An `exec` task waits for its child off the xstreams, and off the
+/// blocking-thread pool the job service writes job state files with: a
+/// job is accepted while another's task is still running on the engine
+/// (one xstream, so the task's stream shares it with the control task).
+#[test]
+fn a_job_is_accepted_while_an_engine_exec_task_runs() {
+    watchdog(Duration::from_secs(60));
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, service) = start(dir.path(), 1);
+    assert_eq!(engine.mesh().len(), 1);
+    let (started, release) = (dir.path().join("started"), dir.path().join("release"));
+    mkfifo(&started);
+    mkfifo(&release);
+    let script = format!("echo up > {}; cat {}", started.display(), release.display());
+    let long = format!(
+        "name='long'\n[[task]]\nid='wait'\nsteps=[{{kind='exec', cmd='sh', args=['-c', '{script}']}}]\n"
+    );
+    let mut peer = Peer::connect(&service);
+    let job = peer.submit(&long, None);
+    assert_eq!(std::fs::read_to_string(&started).unwrap(), "up\n");
+    // The task runs (and waits for `release`): another job is accepted.
+    let next = peer.submit(
+        "name='next'\n[[task]]\nid='a'\nsteps=[{kind='noop'}]\n",
+        None,
+    );
+    std::fs::write(&release, "go\n").unwrap();
+    peer.wait_done(job);
+    peer.wait_done(next);
+    drop(peer);
+    service.shutdown();
+    engine.shutdown().unwrap();
+}

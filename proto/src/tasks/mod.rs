@@ -187,7 +187,7 @@ fn one(replies: Vec<Reply>) -> Result<Reply, String> {
 #[allow(async_fn_in_trait)]
 pub trait TaskHost {
     /// Runs `f` where it may block (it waits for a child process) and
-    /// returns what it returns: on an engine, a blocking-thread pool, so no
+    /// returns what it returns: on an engine, a thread of its own, so no
     /// xstream ever waits; on a worker's own thread, in place.
     async fn blocking<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R;
 

@@ -8,8 +8,9 @@
 //! - Storage steps, task records and outputs go to the targets through the
 //!   engine's [`Router`] (over the mesh, no RPC), for jobs whose store is
 //!   this engine; the manager keeps other engines' jobs off these streams.
-//! - `exec` and `io500` steps run on the xstream's blocking-thread pool, so
-//!   no xstream ever waits for a child process.
+//! - `exec` and `io500` steps run on a thread of their own, so no xstream
+//!   ever waits for a child process (nor does the job service's use of the
+//!   xstream's blocking-thread pool).
 //! - One recorder thread owns this node's task state objects (the same code
 //!   as a worker's): it writes each batch of updates, then reports the
 //!   batch to the control task as [`Input::Local`].
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use ferrite_proto::rpc::{Reply, Request};
 use ferrite_proto::rpc_jobs::TaskGrant;
@@ -28,6 +29,7 @@ use ferrite_proto::tasks::recorder::{record_loop, run_granted, Objects, RecMsg};
 use ferrite_proto::tasks::state::{Layout, RowUpdate};
 use ferrite_proto::tasks::{TaskHost, TaskStore};
 use ferrite_xstream::{Mesh, TaskClass, XstreamId};
+use futures::channel::oneshot;
 
 use super::{Inbox, Input};
 use crate::jobs::error::JobError;
@@ -47,6 +49,7 @@ struct Work {
 /// What every stream of the node shares.
 struct Shared {
     uid: u64,
+    mesh: Mesh,
     router: Option<Router>,
     recorder: Sender<RecMsg>,
     revoked: RwLock<HashSet<u128>>,
@@ -84,6 +87,7 @@ impl LocalNode {
         })?;
         let shared = Arc::new(Shared {
             uid: NEXT_NODE_UID.fetch_add(1, Ordering::Relaxed),
+            mesh: mesh.clone(),
             router,
             recorder,
             revoked: RwLock::new(HashSet::new()),
@@ -203,6 +207,10 @@ fn enqueue(shared: Arc<Shared>, works: Vec<Work>) {
 /// it is empty.
 async fn run_stream(shared: Arc<Shared>, stream: u32, queue: Rc<Queue>) {
     let store = shared.router.clone().map(EngineStore);
+    let host = XstreamHost {
+        mesh: shared.mesh.clone(),
+        here: ferrite_xstream::current().unwrap_or(XstreamId(0)),
+    };
     let mut buf = Vec::new();
     let mut ran = 0u32;
     loop {
@@ -217,7 +225,7 @@ async fn run_stream(shared: Arc<Shared>, stream: u32, queue: Rc<Queue>) {
         let store = store.as_ref().filter(|_| work.store);
         let g = &work.grant;
         let revoked = shared.revoked.read().is_ok_and(|r| r.contains(&g.job));
-        let msg = run_granted(g, revoked, store, &XstreamHost, &mut buf, &shared.recorder).await;
+        let msg = run_granted(g, revoked, store, &host, &mut buf, &shared.recorder).await;
         if shared.recorder.send(msg).is_err() {
             return;
         }
@@ -241,11 +249,54 @@ impl TaskStore for EngineStore {
     }
 }
 
-/// An engine xstream: blocking work goes to its blocking-thread pool.
-struct XstreamHost;
+/// An engine xstream: blocking work (a child process to wait for) goes to
+/// a thread of its own, whose result comes back over the mesh (so the
+/// wake-up is a local one). Not the xstream's blocking-thread pool: that is
+/// one thread, which the job service also uses to write job state files, so
+/// a long `exec` task there would hold up every submit.
+struct XstreamHost {
+    mesh: Mesh,
+    here: XstreamId,
+}
 
 impl TaskHost for XstreamHost {
     async fn blocking<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
-        glommio::executor().spawn_blocking(f).await
+        let (tx, rx) = oneshot::channel();
+        let (mesh, here) = (self.mesh.clone(), self.here);
+        let run = move || {
+            let out = f();
+            let deliver = mesh.send(here, TaskClass::Background, move || async move {
+                let _ = tx.send(out);
+            });
+            if let Err(e) = futures::executor::block_on(deliver) {
+                tracing::warn!("engine task result: {e}");
+            }
+        };
+        // Kept here too, to run on the pool if no thread can be started.
+        let job = Arc::new(Mutex::new(Some(run)));
+        let theirs = job.clone();
+        let spawned = std::thread::Builder::new()
+            .name("jobs-exec".into())
+            .spawn(move || {
+                if let Some(run) = take(&theirs) {
+                    run();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("engine task thread: {e}; running it on the blocking pool");
+            if let Some(run) = take(&job) {
+                glommio::executor().spawn_blocking(run).await;
+            }
+        }
+        match rx.await {
+            Ok(out) => out,
+            // The work ended without a result (it panicked, or the xstreams
+            // are stopping): nothing else can give one.
+            Err(_) => std::future::pending().await,
+        }
     }
+}
+
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
