@@ -9,6 +9,7 @@
 //! engine's streams.
 
 mod jobs_support;
+mod server_support;
 
 use std::time::Duration;
 
@@ -224,4 +225,31 @@ fn a_job_is_accepted_while_an_engine_exec_task_runs() {
     drop(peer);
     service.shutdown();
     engine.shutdown().unwrap();
+}
+
+/// `ferrite-engine --task-slots 2` runs a job with no worker, and after a
+/// restart (SIGTERM, start again on the same data) its state file still
+/// says who split it and that the engine ran every task.
+#[test]
+fn ferrite_engine_task_slots_flag_runs_jobs_and_they_survive_a_restart() {
+    watchdog(Duration::from_secs(120));
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--task-slots", "2"];
+    let engine = server_support::EngineProcess::start(dir.path(), &flags);
+    let mut peer = Peer::connect_to(engine.jobs.expect("job service"));
+    let job = peer.submit(JOB, None);
+    peer.wait_done(job);
+    drop(peer);
+    assert_eq!(engine.terminate(), Some(0));
+    let engine = server_support::EngineProcess::start(dir.path(), &flags);
+    let mut peer = Peer::connect_to(engine.jobs.expect("job service"));
+    let status = peer.status(job);
+    assert_eq!(status.state, JobPhase::Done);
+    assert_eq!(status.coordinator.as_deref(), Some("engine/coordinator-0"));
+    assert!(status
+        .tasks
+        .iter()
+        .all(|t| t.state == TaskPhase::Done && t.node.as_deref() == Some("engine")));
+    drop(peer);
+    assert_eq!(engine.terminate(), Some(0));
 }

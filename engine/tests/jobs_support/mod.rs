@@ -16,7 +16,11 @@ pub struct Peer {
 
 impl Peer {
     pub fn connect(service: &JobService) -> Peer {
-        let s = TcpStream::connect(service.addr()).unwrap();
+        Self::connect_to(service.addr())
+    }
+
+    pub fn connect_to(addr: std::net::SocketAddr) -> Peer {
+        let s = TcpStream::connect(addr).unwrap();
         Peer {
             input: BufReader::new(s.try_clone().unwrap()),
             output: BufWriter::new(s),

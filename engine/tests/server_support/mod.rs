@@ -33,6 +33,8 @@ pub struct EngineProcess {
     pub tcp: SocketAddr,
     pub unix: PathBuf,
     pub dir: PathBuf,
+    /// The job service's address (its `jobs ADDR` line), if it runs.
+    pub jobs: Option<SocketAddr>,
 }
 
 impl EngineProcess {
@@ -65,7 +67,7 @@ impl EngineProcess {
                 }
             }
         });
-        let mut tcp = None;
+        let (mut tcp, mut jobs) = (None, None);
         loop {
             let Ok(line) = rx.recv_timeout(START_TIMEOUT) else {
                 // Do not leave the engine running behind a failed test.
@@ -76,6 +78,9 @@ impl EngineProcess {
             if let Some(url) = line.strip_prefix("listen tcp://") {
                 tcp = Some(url.parse().expect("tcp address"));
             }
+            if let Some(addr) = line.strip_prefix("jobs ") {
+                jobs = Some(addr.parse().expect("job service address"));
+            }
             if line == "ready" {
                 break;
             }
@@ -85,6 +90,7 @@ impl EngineProcess {
             tcp: tcp.expect("engine listens on tcp"),
             unix,
             dir: dir.to_path_buf(),
+            jobs,
         }
     }
 
