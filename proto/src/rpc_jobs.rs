@@ -422,8 +422,9 @@ pub enum ToEngine {
         #[serde(with = "job_hex")]
         job: u128,
     },
-    /// Answered with [`ToPeer::Resources`] once at least `nodes` worker
-    /// nodes have offered their execution streams.
+    /// Answered with [`ToPeer::Resources`] once at least `nodes` nodes
+    /// (workers, and the engine itself when it has task slots) have
+    /// offered their execution streams.
     WaitResources {
         nodes: u32,
     },

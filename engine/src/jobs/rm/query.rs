@@ -94,7 +94,8 @@ impl ResourceManager {
         out
     }
 
-    /// Alive worker nodes and their execution streams, in offer order.
+    /// Alive nodes (the engine's own streams first, when it offers any,
+    /// then workers) and their execution streams, in offer order.
     pub fn resources(&self) -> Vec<(String, u32)> {
         self.resources
             .node_order
