@@ -214,6 +214,91 @@ fn batch_latency(c: &Client, names: &[Key], keys: &[RecordKey<'_>]) {
     );
 }
 
+/// The neighbour entry of the engine's address pointed at a MAC address
+/// nobody has, restored on drop: the engine and its side channel live on
+/// (the socket is idle, so it notices nothing), but every frame to the
+/// engine's address, RDMA READs included, is lost.
+struct LostPath {
+    addr: String,
+    dev: String,
+    lladdr: String,
+}
+
+impl LostPath {
+    fn cut(addr: &str) -> Self {
+        let out = std::process::Command::new("ip")
+            .args(["-o", "neigh", "show", "to", addr])
+            .output()
+            .expect("run ip");
+        let line = String::from_utf8_lossy(&out.stdout).to_string();
+        let after = |word: &str| {
+            let mut it = line.split_whitespace().skip_while(|w| *w != word);
+            it.nth(1).map(str::to_string)
+        };
+        let (Some(dev), Some(lladdr)) = (after("dev"), after("lladdr")) else {
+            panic!("no neighbour entry for {addr}: {out:?}");
+        };
+        let path = Self {
+            addr: addr.to_string(),
+            dev,
+            lladdr,
+        };
+        let out = path.neigh("02:00:00:00:00:01").expect("run ip");
+        assert!(out.status.success(), "ip neigh replace: {out:?}");
+        path
+    }
+
+    fn neigh(&self, lladdr: &str) -> std::io::Result<std::process::Output> {
+        let args = [
+            "neigh", "replace", &self.addr, "lladdr", lladdr, "dev", &self.dev,
+        ];
+        let args = [&args[..], &["nud", "permanent"]].concat();
+        std::process::Command::new("ip").args(args).output()
+    }
+}
+
+impl Drop for LostPath {
+    fn drop(&mut self) {
+        match self.neigh(&self.lladdr.clone()) {
+            Ok(out) if out.status.success() => {}
+            other => eprintln!("verbs: could not restore the neighbour entry: {other:?}"),
+        }
+    }
+}
+
+/// With the engine alive and its side channel open but the frames to it
+/// lost, a read ends by the queue pair's own retries (the ACK timeout and
+/// retry count the client sets), not by the 10 s poll timeout: a
+/// disconnect naming the engine and "retry counter exceeded".
+#[test]
+#[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
+fn verbs_read_over_a_lost_path_fails_by_the_queue_pair_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let _engine = start_engine(dir.path());
+    let ep = endpoint();
+    let t = ep.targets().unwrap()[0];
+    let mut buf = vec![0u8; 64];
+    ep.read(&t.buckets, 0, 64, &mut buf)
+        .expect("read on a working path");
+    let host = side_addr()
+        .rsplit_once(':')
+        .map(|(h, _)| h.to_string())
+        .unwrap();
+    let cut = LostPath::cut(&host);
+    let t0 = Instant::now();
+    let err = ep
+        .read(&t.buckets, 0, 64, &mut buf)
+        .expect_err("read with its packets lost");
+    drop(cut);
+    eprintln!(
+        "verbs: a read whose packets were lost failed after {:.3} s: {err}",
+        t0.elapsed().as_secs_f64()
+    );
+    assert_engine_gone(&err);
+    let m = err.to_string();
+    assert!(m.contains("retry counter exceeded"), "not the retries: {m}");
+}
+
 #[test]
 #[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
 fn verbs_read_after_engine_killed_fails_clearly() {

@@ -7,7 +7,9 @@
 #    concurrent writers + verbs one-sided readers checked for latest values, RDMA READs and
 #    doorbells per GET (1 cached, 2 cold, 2 doorbells per batch), many get_async GETs from
 #    one thread on its queue pair (one-sided, no RPC) and event-queue GETs, a disconnect
-#    error naming the engine and the cause after the engine is killed;
+#    error naming the engine and the cause after the engine is killed (its side channel
+#    closes) and when the path to a live engine is lost (a bogus neighbour entry: the
+#    queue pair's retries run out);
 # 3. `ferrite bench kv --fabric verbs` against a ferrite-engine on rxe1 (RPC over loopback
 #    TCP): batches of 8 (one doorbell for the buckets, one for the records) and 8 get_async
 #    futures at a time (--async-gets) for ops/s; then

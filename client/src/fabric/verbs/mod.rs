@@ -27,7 +27,7 @@
 //!
 //! A read fails as soon as the engine is seen gone: its side-channel
 //! socket closed (looked at while a read waits), or the queue pair's
-//! retries exhausted (about 0.4 s, see `ferrite_engine::fabric::verbs::
+//! retries exhausted (about 0.5 s, see `ferrite_engine::fabric::verbs::
 //! RETRY_COUNT`); the error is [`Error::Disconnected`], naming the engine
 //! and the cause, and every later read of that queue pair fails at once.
 //!

@@ -125,10 +125,12 @@ pub const MAX_BATCH: usize = 16;
 pub const ACK_TIMEOUT_EXPONENT: u8 = 14;
 /// Times a read is sent again before its completion reports "transport
 /// retry counter exceeded" and the queue pair breaks: with
-/// [`ACK_TIMEOUT_EXPONENT`], a gone peer is reported after about
-/// 6 × 67 ms = 0.4 s. (7 would mean "retry forever" to soft-RoCE, so that a
-/// read of a killed engine never completed.)
-pub const RETRY_COUNT: u8 = 5;
+/// [`ACK_TIMEOUT_EXPONENT`], a lost path is reported after about
+/// 7 × 67 ms = 0.5 s (the soft-RoCE guest measured 0.5-0.6 s), while a
+/// late answer (an emulated CPU stalled for a few hundred ms) still gets
+/// through. 7 would mean "retry forever" to soft-RoCE: a read of a killed
+/// engine then never completed.
+pub const RETRY_COUNT: u8 = 6;
 
 /// The completion of one work request: its `wr_id` and, when it failed,
 /// why (the status text and number).
