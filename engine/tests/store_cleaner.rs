@@ -117,3 +117,44 @@ fn overwrites_stay_within_twice_the_live_data() {
         .join()
         .unwrap();
 }
+
+/// A cleaning pass commits the copies it makes together, not one commit
+/// (a block write) per relocated record.
+#[test]
+fn a_cleaning_pass_commits_its_copies_together() {
+    let bdev = ferrite_bdev::open("malloc:16M").unwrap();
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            let s = Rc::new(Store::open(bdev, cfg()).await.unwrap());
+            let key = |k: u32| k.to_le_bytes();
+            // Every key once, then three more rounds of all but each fourth:
+            // the oldest segments hold those fourth keys' only records.
+            for round in 0..4 {
+                for k in (0..KEYS).filter(|k| round == 0 || k % 4 != 0) {
+                    let kb = key(k);
+                    s.update(&RecordKey::new(1, 1, b"d", &kb), &value(k, round))
+                        .await
+                        .unwrap();
+                }
+            }
+            let before = s.stats();
+            let report = s.clean().await.unwrap();
+            let commits = s.stats().commits - before.commits;
+            println!("{report:?}: {commits} commits");
+            assert!(report.records_copied >= 20, "{report:?}");
+            assert!(
+                commits * 4 <= report.records_copied,
+                "{commits} commits for {} copies",
+                report.records_copied
+            );
+            for k in 0..KEYS {
+                let kb = key(k);
+                let got = s.fetch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
+                let last = if k % 4 == 0 { 0 } else { 3 };
+                assert_eq!(got.map(|g| g.1), Some(value(k, last)), "key {k}");
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}

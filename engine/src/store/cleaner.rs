@@ -18,7 +18,7 @@ use super::log::AppendSpec;
 use super::recover::LogReader;
 use super::{Store, StoreError};
 use crate::store::error::Result;
-use ferrite_proto::record::{RecordFlags, RecordView, HEADER_BYTES, OFF_VALUE_LEN};
+use ferrite_proto::record::{record_len, RecordFlags, RecordView, HEADER_BYTES, OFF_VALUE_LEN};
 use glommio::{Latency, Shares};
 use std::rc::Rc;
 use std::time::Duration;
@@ -41,7 +41,11 @@ pub struct CleanReport {
 
 pub(super) enum Step {
     Done,
-    Appended(u64),
+    /// Copies appended (bytes); `more`: live pieces left for another step.
+    Appended {
+        bytes: u64,
+        more: bool,
+    },
     Blocked,
 }
 
@@ -56,49 +60,82 @@ impl Store {
         used > live + live / 2 + 2 * seg || used > self.geo.log_bytes / 4 * 3
     }
 
-    /// One relocation step of the record `view` found at `origin`.
-    pub(super) fn relocate_step(&self, origin: u64, view: &RecordView<'_>) -> Result<Step> {
+    /// One relocation step of the record `view` found at `origin`: appends
+    /// a copy of every live piece of it (a single value is one piece) that
+    /// fits in `room` bytes, which the caller reserved (at least the
+    /// record's length, so the first piece always fits). `Appended` says
+    /// whether pieces were left for another step.
+    pub(super) fn relocate_step(
+        &self,
+        origin: u64,
+        view: &RecordView<'_>,
+        room: u64,
+    ) -> Result<Step> {
         let key = view.key();
         if self.has_pending(key.hash().0) {
             return Ok(Step::Blocked);
         }
         let extent = view.flags().has(RecordFlags::EXTENT);
-        let piece = {
+        let pieces: Vec<(u64, u64)> = {
             let dir = self.dir.borrow();
             let Some(e) = dir.get((key.container, key.object), key.dkey, key.akey) else {
                 return Ok(Step::Done);
             };
             match (&e.extents, extent) {
-                (None, false) if e.addr == origin => None,
-                (Some(m), true) => match m.iter().find(|(_, p)| p.rec_addr == origin) {
-                    Some((s, p)) => Some((*s, p.end)),
-                    None => return Ok(Step::Done),
-                },
+                (None, false) if e.addr == origin => Vec::new(),
+                (Some(m), true) => m
+                    .iter()
+                    .filter(|(_, p)| p.rec_addr == origin)
+                    .map(|(s, p)| (*s, p.end))
+                    .collect(),
                 _ => return Ok(Step::Done),
             }
         };
-        let (value, extent_offset) = match piece {
-            None => (view.value(), 0),
-            Some((s, e)) => {
-                let from = (s - view.extent_offset()) as usize;
-                let to = (e - view.extent_offset()) as usize;
-                let bytes = view.value().get(from..to).ok_or_else(|| {
-                    StoreError::Invalid(format!("extent piece outside record at {origin}"))
-                })?;
-                (bytes, s)
+        if extent && pieces.is_empty() {
+            return Ok(Step::Done);
+        }
+        let parts: Vec<(&[u8], u64)> = if extent {
+            let first = view.extent_offset();
+            let mut parts = Vec::with_capacity(pieces.len());
+            for (s, e) in pieces {
+                let bytes = view
+                    .value()
+                    .get((s - first) as usize..(e - first) as usize)
+                    .ok_or_else(|| {
+                        StoreError::Invalid(format!("extent piece outside record at {origin}"))
+                    })?;
+                parts.push((bytes, s));
             }
+            parts
+        } else {
+            vec![(view.value(), 0)]
         };
-        let spec = AppendSpec {
-            key: &key,
-            value,
-            flags: view.flags(),
-            extent_offset,
-            version: Some(view.version()),
-            origin: Some(origin),
-            held: None,
-        };
-        let (_, len, _) = self.append_now(&spec)?;
-        Ok(Step::Appended(u64::from(len)))
+        let (mut appended, mut used) = (0u64, 0u64);
+        for (i, &(value, extent_offset)) in parts.iter().enumerate() {
+            let need = record_len(&key, value.len()) as u64;
+            if i > 0 && used + need > room {
+                return Ok(Step::Appended {
+                    bytes: appended,
+                    more: true,
+                });
+            }
+            let spec = AppendSpec {
+                key: &key,
+                value,
+                flags: view.flags(),
+                extent_offset,
+                version: Some(view.version()),
+                origin: Some(origin),
+                held: None,
+            };
+            let (_, len, _) = self.append_now(&spec)?;
+            appended += u64::from(len);
+            used += need;
+        }
+        Ok(Step::Appended {
+            bytes: appended,
+            more: false,
+        })
     }
 
     /// Is the single value at `origin` surely dead? No slot of its key's
@@ -120,13 +157,22 @@ impl Store {
     }
 
     /// Copies the record at `origin` forward if it is live; bytes copied.
+    /// The copies are committed with the next group commit: waiting for
+    /// each (as the step after an append did, finding its own copy
+    /// pending) cost a commit, a block write, per relocated record.
     async fn relocate(&self, origin: u64, view: &RecordView<'_>) -> Result<u64> {
         let mut copied = 0;
+        let room = view.len() as u64;
         for _ in 0..RELOCATE_ROUNDS {
-            self.reserve_space(view.len() as u64, true).await?;
-            match self.relocate_step(origin, view)? {
+            self.reserve_space(room, true).await?;
+            match self.relocate_step(origin, view, room)? {
                 Step::Done => return Ok(copied),
-                Step::Appended(n) => copied += n,
+                Step::Appended { bytes, more } => {
+                    copied += bytes;
+                    if !more {
+                        return Ok(copied);
+                    }
+                }
                 Step::Blocked => {
                     let head = self.log.borrow().head;
                     self.wait_durable(head).await?;

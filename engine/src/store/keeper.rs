@@ -91,8 +91,13 @@ impl Store {
         let mut copied = 0;
         for _ in 0..KEEP_PIECES_MAX {
             self.reserve_space(len, false).await?;
-            match self.relocate_step(at, &view)? {
-                Step::Appended(n) => copied += n,
+            match self.relocate_step(at, &view, len)? {
+                Step::Appended { bytes, more } => {
+                    copied += bytes;
+                    if !more {
+                        break;
+                    }
+                }
                 Step::Done => break,
                 // An update of the key (or this record's previous piece)
                 // is waiting to be published: let it, then look again.
