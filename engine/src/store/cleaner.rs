@@ -25,6 +25,8 @@ use std::time::Duration;
 
 /// Attempts to relocate one record before the pass gives up.
 const RELOCATE_ROUNDS: u32 = 64;
+/// Pause after a failed cleaning pass.
+const CLEANER_BACKOFF: Duration = Duration::from_millis(40);
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
 
@@ -267,20 +269,33 @@ impl Store {
         Ok(b.to_vec())
     }
 
+    /// The head at which [`Store::cleaning_wanted`] turns true if neither
+    /// the tail nor the live data move meanwhile.
+    fn cleaning_mark(&self) -> u64 {
+        let tail = self.log.borrow().tail;
+        let live = self.live_bytes.get();
+        let seg = self.config.segment_bytes;
+        let over = (live + live / 2 + 2 * seg).min(self.geo.log_bytes / 4 * 3);
+        tail + over + 1
+    }
+
     /// Runs cleaning passes whenever [`Store::cleaning_wanted`], until
-    /// [`Store::stop_cleaner`] or the store is poisoned; checks every `idle`.
-    /// While it runs, foreground writes that would take the log past
-    /// twice the live data (plus four segments) wait for it (up to 10 s).
-    pub async fn run_cleaner(self: Rc<Self>, idle: Duration) {
+    /// [`Store::stop_cleaner`] or the store is poisoned; in between it
+    /// sleeps until appends take the head to where cleaning is wanted
+    /// (after a failed pass, `backoff`). While it runs, foreground writes
+    /// that would take the log past twice the live data (plus four
+    /// segments) wait for it (up to 10 s).
+    pub async fn run_cleaner(self: Rc<Self>, backoff: Duration) {
         self.cleaner_active.set(true);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
             if !self.cleaning_wanted() {
-                glommio::timer::sleep(idle).await;
+                let mark = self.cleaning_mark();
+                self.head_watch.wait(mark, || self.log.borrow().head).await;
                 continue;
             }
             if let Err(e) = self.clean().await {
                 tracing::warn!(device = %self.device, error = %e, "cleaning pass failed");
-                glommio::timer::sleep(idle * 20).await;
+                glommio::timer::sleep(backoff).await;
             }
         }
         self.cleaner_active.set(false);
@@ -296,17 +311,16 @@ impl Store {
             Latency::NotImportant,
             "store-cleaner",
         );
-        let fut = Rc::clone(self).run_cleaner(Duration::from_millis(2));
+        let fut = Rc::clone(self).run_cleaner(CLEANER_BACKOFF);
         match glommio::spawn_local_into(fut, tq) {
             Ok(t) => t.detach(),
-            Err(_) => {
-                glommio::spawn_local(Rc::clone(self).run_cleaner(Duration::from_millis(2))).detach()
-            }
+            Err(_) => glommio::spawn_local(Rc::clone(self).run_cleaner(CLEANER_BACKOFF)).detach(),
         }
     }
 
     /// Asks a running cleaner to stop after its current pass.
     pub fn stop_cleaner(&self) {
         self.cleaner_stop.set(true);
+        self.head_watch.wake_all();
     }
 }

@@ -33,8 +33,8 @@ use std::time::Duration;
 pub const KEEPER_SHARES: usize = 250;
 /// Live pieces of one extent record copied at most (the rest leave the ring).
 const KEEP_PIECES_MAX: usize = 16;
-/// How often an idle keeper looks at the log head.
-const KEEPER_IDLE: Duration = Duration::from_millis(2);
+/// Pause after a failed keeper pass.
+const KEEPER_BACKOFF: Duration = Duration::from_millis(40);
 
 /// The keeper's position, carried between passes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -174,8 +174,12 @@ impl Store {
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
             if let Err(e) = self.keep_hot().await {
                 tracing::warn!(device = %self.device, error = %e, "keeper pass failed");
+                glommio::timer::sleep(KEEPER_BACKOFF).await;
+                continue;
             }
-            glommio::timer::sleep(KEEPER_IDLE).await;
+            // Sleep until there is half a ring behind the head to look at.
+            let mark = self.keeper.get().cursor + self.geo.ring_bytes / 2;
+            self.head_watch.wait(mark, || self.log.borrow().head).await;
         }
     }
 

@@ -265,6 +265,9 @@ impl Store {
             punch,
             new_key,
         });
+        let head = log.head;
+        drop(log);
+        self.head_watch.advanced(head);
         let mut c = self.counters.borrow_mut();
         c.records_appended += 1;
         c.bytes_appended += len as u64;

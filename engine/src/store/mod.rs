@@ -62,6 +62,7 @@ mod ops;
 mod recover;
 mod sync;
 mod verify;
+mod watch;
 
 pub use checkpoint::CheckpointInfo;
 pub use cleaner::{CleanReport, CLEANER_SHARES};
@@ -272,6 +273,8 @@ pub struct Store {
     checkpoint_generation: Cell<u64>,
     checkpoint_lock: glommio::sync::Semaphore,
     cleaner_stop: Cell<bool>,
+    /// Wakes the cleaner and the keeper as the head moves.
+    head_watch: watch::HeadWatch,
     cleaner_active: Cell<bool>,
     keeper: Cell<keeper::KeeperState>,
     /// Every log byte before this is on stable media.
@@ -358,6 +361,8 @@ impl Store {
             tracing::error!(device = %self.device, %cause, "store poisoned");
             *p = Some(cause);
         }
+        drop(p);
+        self.head_watch.wake_all();
     }
 
     fn device_error(&self, op: &'static str, source: ferrite_bdev::BdevError) -> StoreError {

@@ -96,6 +96,7 @@ impl Store {
             checkpoint_generation: Cell::new(0),
             checkpoint_lock: glommio::sync::Semaphore::new(1),
             cleaner_stop: Cell::new(false),
+            head_watch: Default::default(),
             cleaner_active: Cell::new(false),
             keeper: Cell::new(Default::default()),
             flushed_upto: Cell::new(0),
