@@ -158,3 +158,47 @@ fn a_cleaning_pass_commits_its_copies_together() {
         .join()
         .unwrap();
 }
+
+/// Deleting most keys shrinks the live data, and with it the disk budget
+/// that foreground writes wait at, without moving the head: the writes that
+/// follow must get the cleaner going, not wait out their whole budget.
+#[test]
+fn writes_after_mass_deletes_wake_the_cleaner() {
+    let bdev = ferrite_bdev::open("malloc:16M").unwrap();
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            let s = Rc::new(Store::open(bdev, cfg()).await.unwrap());
+            let cleaner = s.spawn_cleaner();
+            let key = |k: u32| k.to_le_bytes();
+            for k in 0..KEYS * 6 {
+                let kb = key(k % KEYS);
+                s.update(&RecordKey::new(1, 1, b"d", &kb), &value(k, 0))
+                    .await
+                    .unwrap();
+            }
+            for k in 0..KEYS - 8 {
+                let kb = key(k);
+                s.punch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
+            }
+            for k in KEYS - 8..KEYS {
+                for round in 0..60 {
+                    let kb = key(k);
+                    s.update(&RecordKey::new(1, 1, b"d", &kb), &value(k, round))
+                        .await
+                        .unwrap();
+                }
+            }
+            let st = s.stats();
+            println!(
+                "live {} used {} passes {} timeouts {}",
+                st.live_bytes, st.log_used_bytes, st.cleaner_passes, st.cleaner_wait_timeouts
+            );
+            assert_eq!(st.cleaner_wait_timeouts, 0, "a write waited out its budget");
+            assert!(st.cleaner_passes > 0);
+            s.stop_cleaner();
+            cleaner.await;
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}

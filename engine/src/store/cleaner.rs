@@ -25,6 +25,8 @@ use std::time::Duration;
 
 /// Attempts to relocate one record before the pass gives up.
 const RELOCATE_ROUNDS: u32 = 64;
+/// Longest sleep of an idle cleaner between looks at the log.
+const CLEANER_RECHECK: Duration = Duration::from_millis(100);
 /// Pause after a failed cleaning pass.
 const CLEANER_BACKOFF: Duration = Duration::from_millis(40);
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
@@ -289,8 +291,13 @@ impl Store {
         self.cleaner_active.set(true);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
             if !self.cleaning_wanted() {
+                // Deletes shrink the live data without moving the head far:
+                // a write over its disk budget wakes the cleaner, and it
+                // looks again at least every CLEANER_RECHECK anyway.
                 let mark = self.cleaning_mark();
-                self.head_watch.wait(mark, || self.log.borrow().head).await;
+                let moved = self.head_watch.wait(mark, || self.log.borrow().head);
+                let recheck = glommio::timer::sleep(CLEANER_RECHECK);
+                futures::future::select(std::pin::pin!(moved), std::pin::pin!(recheck)).await;
                 continue;
             }
             if let Err(e) = self.clean().await {

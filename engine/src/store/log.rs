@@ -165,11 +165,20 @@ impl Store {
                 && head + need - tail > self.disk_budget()
                 && waited_for_cleaner < CLEANER_WAIT_ROUNDS;
             if over_budget {
+                if waited_for_cleaner == 0 {
+                    // The cleaner may sleep until a head mark computed with
+                    // more live data than is left (deletes): look now.
+                    self.head_watch.wake_all();
+                }
                 waited_for_cleaner += 1;
+                if waited_for_cleaner == CLEANER_WAIT_ROUNDS {
+                    self.counters.borrow_mut().cleaner_wait_timeouts += 1;
+                }
                 glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
                 continue;
             }
             if head + need - tail > self.log_limit(for_cleaner) {
+                self.head_watch.wake_all();
                 glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
                 continue;
             }

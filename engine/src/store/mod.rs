@@ -221,6 +221,9 @@ pub struct StoreStats {
     /// Scanned records the cleaner found dead by their bucket chain alone
     /// (no directory seek).
     pub cleaner_dead_by_slot: u64,
+    /// Writes that stopped waiting for the cleaner (over the disk budget for
+    /// the whole wait) and went on.
+    pub cleaner_wait_timeouts: u64,
     /// Small live records the keeper copied forward to keep them in the ring.
     pub keeper_records_kept: u64,
     pub keeper_bytes_kept: u64,
@@ -247,6 +250,7 @@ struct Counters {
     cleaner_records_copied: u64,
     cleaner_bytes_copied: u64,
     cleaner_dead_by_slot: u64,
+    cleaner_wait_timeouts: u64,
     keeper_records_kept: u64,
     keeper_bytes_kept: u64,
     keeper_skipped_bytes: u64,
@@ -331,6 +335,7 @@ impl Store {
             cleaner_records_copied: c.cleaner_records_copied,
             cleaner_bytes_copied: c.cleaner_bytes_copied,
             cleaner_dead_by_slot: c.cleaner_dead_by_slot,
+            cleaner_wait_timeouts: c.cleaner_wait_timeouts,
             keeper_records_kept: c.keeper_records_kept,
             keeper_bytes_kept: c.keeper_bytes_kept,
             keeper_skipped_bytes: c.keeper_skipped_bytes,
