@@ -62,8 +62,11 @@ impl TaskStore for Client {
 pub struct WorkerThread;
 
 impl TaskHost for WorkerThread {
-    async fn blocking<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
-        f()
+    async fn blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, String> {
+        ferrite_proto::tasks::run_caught(f)
     }
 
     fn check_io500_phase(&self, phase: &str) -> Result<(), String> {

@@ -32,8 +32,11 @@
 //! }
 //! struct Here;
 //! impl TaskHost for Here {
-//!     async fn blocking<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
-//!         f()
+//!     async fn blocking<R: Send + 'static>(
+//!         &self,
+//!         f: impl FnOnce() -> R + Send + 'static,
+//!     ) -> Result<R, String> {
+//!         ferrite_proto::tasks::run_caught(f)
 //!     }
 //! }
 //! let grant = TaskGrant { job: 1, idx: 0, id: "a".into(), attempt: 0, xstream: 0,
@@ -188,8 +191,13 @@ fn one(replies: Vec<Reply>) -> Result<Reply, String> {
 pub trait TaskHost {
     /// Runs `f` where it may block (it waits for a child process) and
     /// returns what it returns: on an engine, a thread of its own, so no
-    /// xstream ever waits; on a worker's own thread, in place.
-    async fn blocking<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R;
+    /// xstream ever waits; on a worker's own thread, in place. An error
+    /// when `f` gave nothing (it panicked: see [`run_caught`]), so that the
+    /// task fails with the cause instead of staying "running".
+    async fn blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, String>;
 
     /// The `ferrite` program that `io500` steps run: `$FERRITE_BIN`, else
     /// `ferrite` next to this executable, else this executable.
@@ -217,4 +225,16 @@ pub fn ferrite_binary() -> PathBuf {
         true => beside,
         false => exe,
     }
+}
+
+/// Runs `f`, turning a panic into an error that carries its message.
+pub fn run_caught<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let message = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        format!("the task's work panicked: {message}")
+    })
 }

@@ -144,6 +144,7 @@ async fn run_steps<S: TaskStore, H: TaskHost>(
                 let command = Exec::of(grant, step, stdin.clone());
                 host.blocking(move || command.run())
                     .await
+                    .and_then(|r| r.map_err(|e| e.to_string()))
                     .map(|out| out.add_to(result))
                     .map_err(|e| format!("{cmd}: {e}"))
             }
@@ -229,6 +230,7 @@ async fn io500<H: TaskHost>(
     let command = Exec::of(grant, &step, Vec::new());
     host.blocking(move || command.run())
         .await
+        .and_then(|r| r.map_err(|e| e.to_string()))
         .map(|out| out.add_to(result))
         .map_err(|e| format!("{cmd} io500: {e}"))
 }

@@ -27,7 +27,7 @@ use ferrite_proto::rpc::{Reply, Request};
 use ferrite_proto::rpc_jobs::TaskGrant;
 use ferrite_proto::tasks::recorder::{record_loop, run_granted, Objects, RecMsg};
 use ferrite_proto::tasks::state::{Layout, RowUpdate};
-use ferrite_proto::tasks::{TaskHost, TaskStore};
+use ferrite_proto::tasks::{run_caught, TaskHost, TaskStore};
 use ferrite_xstream::{Mesh, TaskClass, XstreamId};
 use futures::channel::oneshot;
 
@@ -260,11 +260,14 @@ struct XstreamHost {
 }
 
 impl TaskHost for XstreamHost {
-    async fn blocking<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
+    async fn blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, String> {
         let (tx, rx) = oneshot::channel();
         let (mesh, here) = (self.mesh.clone(), self.here);
         let run = move || {
-            let out = f();
+            let out = run_caught(f);
             let deliver = mesh.send(here, TaskClass::Background, move || async move {
                 let _ = tx.send(out);
             });
@@ -288,15 +291,51 @@ impl TaskHost for XstreamHost {
                 glommio::executor().spawn_blocking(run).await;
             }
         }
-        match rx.await {
-            Ok(out) => out,
-            // The work ended without a result (it panicked, or the xstreams
-            // are stopping): nothing else can give one.
-            Err(_) => std::future::pending().await,
-        }
+        // No result at all: the xstreams are stopping.
+        rx.await
+            .unwrap_or_else(|_| Err("the engine stopped before the task's work ended".into()))
     }
 }
 
 fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
     slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::XstreamHost;
+    use ferrite_proto::tasks::TaskHost;
+    use ferrite_xstream::{TaskClass, XstreamConfig, XstreamId, XstreamSet};
+    use std::time::Duration;
+
+    /// Work that panics on its thread ends the call with the panic's
+    /// message (it used to leave the task waiting forever, "running").
+    #[test]
+    fn blocking_work_that_panics_is_an_error_not_a_hang() {
+        let set = XstreamSet::start(XstreamConfig::default().with_cores(vec![0])).unwrap();
+        let mesh = set.mesh().clone();
+        let done = set
+            .mesh()
+            .run_on(XstreamId(0), TaskClass::Foreground, move || async move {
+                let host = XstreamHost {
+                    mesh,
+                    here: XstreamId(0),
+                };
+                let fine = host.blocking(|| 7).await;
+                let boom = host.blocking(|| -> u32 { panic!("boom") }).await;
+                (fine, boom)
+            });
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(futures::executor::block_on(done));
+        });
+        let (fine, boom) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the panicking work never ended the call")
+            .unwrap();
+        assert_eq!(fine, Ok(7));
+        let err = boom.unwrap_err();
+        assert!(err.contains("boom"), "{err}");
+        set.shutdown().unwrap();
+    }
 }
