@@ -118,45 +118,62 @@ fn overwrites_stay_within_twice_the_live_data() {
         .unwrap();
 }
 
+/// Runs `body` on a fresh store over a 16 MiB malloc device.
+fn on_fresh_store<F, Fut>(body: F)
+where
+    F: FnOnce(Rc<Store>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    let bdev = ferrite_bdev::open("malloc:16M").unwrap();
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move { body(Rc::new(Store::open(bdev, cfg()).await.unwrap())).await })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+fn key_of(k: u32) -> [u8; 4] {
+    k.to_le_bytes()
+}
+
+async fn put(s: &Store, k: u32, v: &[u8]) {
+    let kb = key_of(k);
+    s.update(&RecordKey::new(1, 1, b"d", &kb), v).await.unwrap();
+}
+
+async fn get(s: &Store, k: u32) -> Option<Vec<u8>> {
+    let kb = key_of(k);
+    let got = s.fetch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
+    got.map(|g| g.1)
+}
+
 /// A cleaning pass commits the copies it makes together, not one commit
 /// (a block write) per relocated record.
 #[test]
 fn a_cleaning_pass_commits_its_copies_together() {
-    let bdev = ferrite_bdev::open("malloc:16M").unwrap();
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move {
-            let s = Rc::new(Store::open(bdev, cfg()).await.unwrap());
-            let key = |k: u32| k.to_le_bytes();
-            // Every key once, then three more rounds of all but each fourth:
-            // the oldest segments hold those fourth keys' only records.
-            for round in 0..4 {
-                for k in (0..KEYS).filter(|k| round == 0 || k % 4 != 0) {
-                    let kb = key(k);
-                    s.update(&RecordKey::new(1, 1, b"d", &kb), &value(k, round))
-                        .await
-                        .unwrap();
-                }
+    on_fresh_store(|s| async move {
+        // Every key once, then three more rounds of all but each fourth:
+        // the oldest segments hold those fourth keys' only records.
+        for round in 0..4 {
+            for k in (0..KEYS).filter(|k| round == 0 || k % 4 != 0) {
+                put(&s, k, &value(k, round)).await;
             }
-            let before = s.stats();
-            let report = s.clean().await.unwrap();
-            let commits = s.stats().commits - before.commits;
-            println!("{report:?}: {commits} commits");
-            assert!(report.records_copied >= 20, "{report:?}");
-            assert!(
-                commits * 4 <= report.records_copied,
-                "{commits} commits for {} copies",
-                report.records_copied
-            );
-            for k in 0..KEYS {
-                let kb = key(k);
-                let got = s.fetch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
-                let last = if k % 4 == 0 { 0 } else { 3 };
-                assert_eq!(got.map(|g| g.1), Some(value(k, last)), "key {k}");
-            }
-        })
-        .unwrap()
-        .join()
-        .unwrap();
+        }
+        let before = s.stats();
+        let report = s.clean().await.unwrap();
+        let commits = s.stats().commits - before.commits;
+        println!("{report:?}: {commits} commits");
+        assert!(report.records_copied >= 20, "{report:?}");
+        assert!(
+            commits * 4 <= report.records_copied,
+            "{commits} commits for {} copies",
+            report.records_copied
+        );
+        for k in 0..KEYS {
+            let last = if k % 4 == 0 { 0 } else { 3 };
+            assert_eq!(get(&s, k).await, Some(value(k, last)), "key {k}");
+        }
+    });
 }
 
 /// Deleting most keys shrinks the live data, and with it the disk budget
@@ -164,41 +181,28 @@ fn a_cleaning_pass_commits_its_copies_together() {
 /// follow must get the cleaner going, not wait out their whole budget.
 #[test]
 fn writes_after_mass_deletes_wake_the_cleaner() {
-    let bdev = ferrite_bdev::open("malloc:16M").unwrap();
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move {
-            let s = Rc::new(Store::open(bdev, cfg()).await.unwrap());
-            let cleaner = s.spawn_cleaner();
-            let key = |k: u32| k.to_le_bytes();
-            for k in 0..KEYS * 6 {
-                let kb = key(k % KEYS);
-                s.update(&RecordKey::new(1, 1, b"d", &kb), &value(k, 0))
-                    .await
-                    .unwrap();
+    on_fresh_store(|s| async move {
+        let cleaner = s.spawn_cleaner();
+        for k in 0..KEYS * 6 {
+            put(&s, k % KEYS, &value(k, 0)).await;
+        }
+        for k in 0..KEYS - 8 {
+            let kb = key_of(k);
+            s.punch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
+        }
+        for k in KEYS - 8..KEYS {
+            for round in 0..60 {
+                put(&s, k, &value(k, round)).await;
             }
-            for k in 0..KEYS - 8 {
-                let kb = key(k);
-                s.punch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
-            }
-            for k in KEYS - 8..KEYS {
-                for round in 0..60 {
-                    let kb = key(k);
-                    s.update(&RecordKey::new(1, 1, b"d", &kb), &value(k, round))
-                        .await
-                        .unwrap();
-                }
-            }
-            let st = s.stats();
-            println!(
-                "live {} used {} passes {} timeouts {}",
-                st.live_bytes, st.log_used_bytes, st.cleaner_passes, st.cleaner_wait_timeouts
-            );
-            assert_eq!(st.cleaner_wait_timeouts, 0, "a write waited out its budget");
-            assert!(st.cleaner_passes > 0);
-            s.stop_cleaner();
-            cleaner.await;
-        })
-        .unwrap()
-        .join()
-        .unwrap();
+        }
+        let st = s.stats();
+        println!(
+            "live {} used {} passes {} timeouts {}",
+            st.live_bytes, st.log_used_bytes, st.cleaner_passes, st.cleaner_wait_timeouts
+        );
+        assert_eq!(st.cleaner_wait_timeouts, 0, "a write waited out its budget");
+        assert!(st.cleaner_passes > 0);
+        s.stop_cleaner();
+        cleaner.await;
+    });
 }

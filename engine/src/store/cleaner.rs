@@ -80,40 +80,33 @@ impl Store {
             return Ok(Step::Blocked);
         }
         let extent = view.flags().has(RecordFlags::EXTENT);
-        let pieces: Vec<(u64, u64)> = {
+        // The live parts of the record: (value bytes, extent offset).
+        let parts: Vec<(&[u8], u64)> = {
             let dir = self.dir.borrow();
             let Some(e) = dir.get((key.container, key.object), key.dkey, key.akey) else {
                 return Ok(Step::Done);
             };
             match (&e.extents, extent) {
-                (None, false) if e.addr == origin => Vec::new(),
-                (Some(m), true) => m
-                    .iter()
-                    .filter(|(_, p)| p.rec_addr == origin)
-                    .map(|(s, p)| (*s, p.end))
-                    .collect(),
+                (None, false) if e.addr == origin => vec![(view.value(), 0)],
+                (Some(m), true) => {
+                    let first = view.extent_offset();
+                    let piece = |s: u64, e: u64| {
+                        let bytes = view.value().get((s - first) as usize..(e - first) as usize);
+                        bytes.map(|b| (b, s)).ok_or_else(|| {
+                            StoreError::Invalid(format!("extent piece outside record at {origin}"))
+                        })
+                    };
+                    m.iter()
+                        .filter(|(_, p)| p.rec_addr == origin)
+                        .map(|(s, p)| piece(*s, p.end))
+                        .collect::<Result<_>>()?
+                }
                 _ => return Ok(Step::Done),
             }
         };
-        if extent && pieces.is_empty() {
+        if parts.is_empty() {
             return Ok(Step::Done);
         }
-        let parts: Vec<(&[u8], u64)> = if extent {
-            let first = view.extent_offset();
-            let mut parts = Vec::with_capacity(pieces.len());
-            for (s, e) in pieces {
-                let bytes = view
-                    .value()
-                    .get((s - first) as usize..(e - first) as usize)
-                    .ok_or_else(|| {
-                        StoreError::Invalid(format!("extent piece outside record at {origin}"))
-                    })?;
-                parts.push((bytes, s));
-            }
-            parts
-        } else {
-            vec![(view.value(), 0)]
-        };
         let (mut appended, mut used) = (0u64, 0u64);
         for (i, &(value, extent_offset)) in parts.iter().enumerate() {
             let need = record_len(&key, value.len()) as u64;
