@@ -1,7 +1,8 @@
 //! Guards the IO500 backend on the Ferrite namespace (embedded engine): a whole capped run
-//! passes its checks, the metadata phases take the round trips they are built for (a create
-//! is one request, an mdtest-hard file's write and close one more, find and stat none per
-//! entry over shm), write-behind keeps the IO500 rule (written and closed by one client,
+//! passes its checks, the metadata phases take the round trips they are built for (a group of
+//! mdtest creates is one batch, the group's writes and closes one more, a group of deletes one
+//! or two, find and stat none per entry over shm; each file of a group keeps its own
+//! outcome), write-behind keeps the IO500 rule (written and closed by one client,
 //! read back whole by another), and phases run one by one through separate clients make a
 //! passing run.
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 use ferrite_client::client::Client;
 use ferrite_client::fs::io500::FerriteBackend;
 use ferrite_client::fs::{Namespace, ROOT_OBJECT};
+use ferrite_client::io500::config::MDTEST_FILES_PER_GROUP;
 use ferrite_client::io500::{run, Config, Io500Backend};
 
 fn backend() -> FerriteBackend {
@@ -36,17 +38,26 @@ fn capped_run_passes_with_few_round_trips_per_metadata_op() {
     assert!(report.passed(), "{}", report.table());
     assert_eq!(report.verify_errors, 0);
     let table = report.table();
-    // A create is one conditional insert; a small file's write and close one batch more.
-    assert_eq!(
-        round_trips_per_op(&report, "mdtest-easy-write"),
-        1.0,
-        "{table}"
-    );
-    assert_eq!(
-        round_trips_per_op(&report, "mdtest-hard-write"),
-        2.0,
-        "{table}"
-    );
+    // Each task hands the backend groups of files: 120 files per task are 4 groups. The
+    // group's creates are one batch (one request: the engine has one target); an
+    // mdtest-hard group's writes and size updates one more. A delete group's names are one
+    // batch after one-sided lookups; mdtest-hard's data removal one more.
+    let per_op = |batches_per_group: u64| {
+        let groups = 120u64.div_ceil(MDTEST_FILES_PER_GROUP);
+        (batches_per_group * groups) as f64 / 120.0
+    };
+    for (phase, batches) in [
+        ("mdtest-easy-write", 1),
+        ("mdtest-hard-write", 2),
+        ("mdtest-easy-delete", 1),
+        ("mdtest-hard-delete", 2),
+    ] {
+        assert_eq!(
+            round_trips_per_op(&report, phase),
+            per_op(batches),
+            "{phase}: {table}"
+        );
+    }
     // Listing pages (a request per target page), entries read one-sided over shm.
     assert!(round_trips_per_op(&report, "find") < 0.1, "{table}");
     assert!(
@@ -209,4 +220,60 @@ fn phases_one_by_one_through_separate_clients_pass() {
     assert!(report.passed(), "{}", report.table());
     assert_eq!((report.find_found, report.find_expected), (2, 2));
     drop(first); // the embedded engine lived in it
+}
+
+/// A group of creates: one batch for the inserts and one for the writes with the size
+/// updates; an existing name fails that file only (EEXIST), the others are created, written
+/// and closed, and another client reads them back. A group of unlinks: one batch for the
+/// names, the data behind; a missing name fails that path only.
+#[test]
+fn file_groups_share_round_trips_and_keep_each_files_outcome() {
+    let backend = backend();
+    let url = backend.namespace().client().url();
+    let other = Namespace::new(Arc::new(Client::connect(&url).unwrap()), 9);
+    backend
+        .create("taken")
+        .and_then(|f| backend.close(f))
+        .unwrap();
+    let data: Vec<Vec<u8>> = (0..10u8).map(|i| vec![i; 3901]).collect();
+    let mut files: Vec<(String, &[u8])> =
+        (0..10).map(|i| (format!("g{i}"), &data[i][..])).collect();
+    files[4].0 = "taken".into();
+    let requests = || backend.namespace().client().counters().rpc_requests;
+    let before = requests();
+    let results = backend.create_files(&files);
+    assert_eq!(requests() - before, 2);
+    for (i, r) in results.iter().enumerate() {
+        match (i, r) {
+            (4, Err(e)) => {
+                assert_eq!(e.error.kind(), std::io::ErrorKind::AlreadyExists);
+                assert_eq!(e.op, "create");
+            }
+            (_, r) => assert!(r.is_ok(), "g{i}: {r:?}"),
+        }
+    }
+    let mut back = vec![0u8; 3901];
+    for i in (0..10).filter(|&i| i != 4) {
+        let fh = other.open(ROOT_OBJECT, &format!("g{i}")).unwrap();
+        assert_eq!(fh.size(), 3901, "g{i}");
+        other.read(&fh, 0, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == i as u8), "g{i}");
+    }
+    // "taken" stays the empty file it was.
+    assert_eq!(other.lookup(ROOT_OBJECT, "taken").unwrap().size, 0);
+
+    let paths: Vec<String> = (0..10).map(|i| format!("g{i}")).collect();
+    let before = requests();
+    let results = backend.unlink_files(&paths);
+    // The names in one batch (lookups one-sided over shm), the data in one more.
+    assert_eq!(requests() - before, 2);
+    for (i, r) in results.iter().enumerate() {
+        match (i, r) {
+            (4, Err(e)) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+            (_, r) => assert!(r.is_ok(), "g{i}: {r:?}"),
+        }
+        assert!(other.lookup(ROOT_OBJECT, &paths[i]).is_err(), "g{i}");
+    }
+    backend.drain().unwrap();
+    assert!(other.lookup(ROOT_OBJECT, "taken").is_ok());
 }

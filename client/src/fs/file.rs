@@ -179,7 +179,12 @@ impl Namespace {
 
     /// The requests of a final write plus the size update, and the entry
     /// version the update expects.
-    fn close_batch(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> (Vec<Request>, u64) {
+    pub(super) fn close_batch(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> (Vec<Request>, u64) {
         let mut requests = self.write_requests(fh, offset, data);
         Self::note_written(fh, offset + data.len() as u64);
         let mut grown = fh.entry.clone();
@@ -195,7 +200,12 @@ impl Namespace {
     }
 
     /// Checks the replies of a [`close_batch`](Self::close_batch).
-    fn finish_close(&self, fh: &FileHandle, seen: u64, mut replies: Vec<Reply>) -> FsResult<()> {
+    pub(super) fn finish_close(
+        &self,
+        fh: &FileHandle,
+        seen: u64,
+        mut replies: Vec<Reply>,
+    ) -> FsResult<()> {
         let writes = replies.len().saturating_sub(1);
         let cond = replies.pop();
         for r in replies.into_iter().take(writes) {

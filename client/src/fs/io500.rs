@@ -1,8 +1,8 @@
 //! The IO500 runner's backend on the Ferrite namespace (like IOR's DFS
 //! backend): every phase goes through the client library, no POSIX layer.
 
-use super::{EntryKind as FsKind, FileHandle, FsError, FsFuture, Namespace, ROOT_OBJECT};
-use crate::io500::backend::{DirEntry, EntryKind, FileStat, Io500Backend};
+use super::{EntryKind as FsKind, FileHandle, FsError, FsFuture, Namespace, NewFile, ROOT_OBJECT};
+use crate::io500::backend::{DirEntry, EntryKind, FileOpError, FileStat, Io500Backend};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::sync::{Mutex, RwLock};
@@ -171,6 +171,11 @@ impl FerriteBackend {
     }
 }
 
+/// The same error again (for each file of a group whose common step failed).
+fn copy_error(e: &io::Error, op: &'static str) -> FileOpError {
+    FileOpError::of(op)(io::Error::new(e.kind(), e.to_string()))
+}
+
 fn to_stat(e: &super::Entry) -> FileStat {
     FileStat {
         kind: kind_of(e.kind),
@@ -313,6 +318,59 @@ impl Io500Backend for FerriteBackend {
             Some(data) => self.push_behind(data),
             None => Ok(()),
         }
+    }
+
+    /// Two round trips for the whole group: the creates (conditional
+    /// inserts) in one batch, then every file's write and size update in
+    /// another; a file's result comes once its data and size are
+    /// acknowledged.
+    fn create_files(&self, files: &[(String, &[u8])]) -> Vec<Result<(), FileOpError>> {
+        let mut parents = Vec::with_capacity(files.len());
+        for (path, _) in files {
+            match self.parent_of(path) {
+                Ok(p) => parents.push(p),
+                Err(e) => {
+                    return (0..files.len())
+                        .map(|_| Err(copy_error(&e, "create")))
+                        .collect()
+                }
+            }
+        }
+        let new: Vec<NewFile<'_>> = (parents.iter().zip(files))
+            .map(|(&(dir, name), (_, data))| NewFile { dir, name, data })
+            .collect();
+        (self.ns.create_files(&new, 0o644).into_iter())
+            .map(|r| r.map_err(|e| FileOpError::of("create")(e.into_io())))
+            .collect()
+    }
+
+    /// The names go in one round trip (after one-sided lookups); the removal
+    /// of their data is left in flight like [`unlink`](Io500Backend::unlink)'s.
+    fn unlink_files(&self, paths: &[String]) -> Vec<io::Result<()>> {
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            match self.parent_of(path) {
+                Ok(p) => files.push(p),
+                Err(e) => {
+                    return paths
+                        .iter()
+                        .map(|_| Err(copy_error(&e, "unlink").error))
+                        .collect()
+                }
+            }
+        }
+        let (results, behind) = self.ns.unlink_files(&files);
+        let queued = behind.map_or(Ok(()), |data| self.push_behind(data));
+        let mut out: Vec<io::Result<()>> = results
+            .into_iter()
+            .map(|r| r.map_err(FsError::into_io))
+            .collect();
+        if let (Err(e), Some(last)) = (queued, out.last_mut()) {
+            if last.is_ok() {
+                *last = Err(e);
+            }
+        }
+        out
     }
 
     fn drain(&self) -> io::Result<()> {

@@ -18,10 +18,12 @@ pub mod entry;
 pub mod error;
 mod file;
 pub mod io500;
+mod many;
 
 pub use entry::{Entry, EntryKind};
 pub use error::{FsError, FsResult};
 pub use file::FileHandle;
+pub use many::NewFile;
 
 use crate::client::{Client, Error as ClientError, Key, PunchScope, Reply, Request};
 use error::{client_err, unexpected_reply};
@@ -222,50 +224,7 @@ impl Namespace {
         if e.kind != EntryKind::File || e.size == 0 {
             return Ok(None);
         }
-        Ok(Some(self.remove_data(&e, name)))
-    }
-
-    /// Removes a file's chunks. Small files punch just the chunk dkeys
-    /// inside their size, in parallel (one target each); big ones punch the
-    /// whole object (one request to every target). Chunks a crashed writer
-    /// wrote past the published size of a small file are not reclaimed.
-    fn remove_data(&self, e: &Entry, name: &str) -> FsFuture {
-        const TARGETED_CHUNKS_MAX: u64 = 16;
-        let chunks = e.size.div_ceil(u64::from(e.chunk_size.max(1)));
-        if chunks > TARGETED_CHUNKS_MAX {
-            let result = self.punch_object(e.object, name);
-            return Box::pin(async move { result });
-        }
-        let futures: Vec<_> = (0..chunks)
-            .map(|i| {
-                self.client.request_async(&Request::Punch {
-                    scope: PunchScope::Dkey,
-                    key: Key::new(
-                        self.container,
-                        e.object,
-                        &file::chunk_dkey(i),
-                        file::CHUNK_AKEY,
-                    ),
-                })
-            })
-            .collect();
-        let (name, url) = (name.to_string(), self.client.url());
-        Box::pin(async move {
-            for r in futures::future::join_all(futures).await {
-                match r.map_err(client_err(format!("remove data of {name}")))? {
-                    Reply::Version(_) => {}
-                    other => {
-                        return Err(unexpected_reply(
-                            format!("remove data of {name}"),
-                            "punch",
-                            url,
-                            other,
-                        ))
-                    }
-                }
-            }
-            Ok(())
-        })
+        Ok(Some(self.remove_data_many(&[(e, name)])))
     }
 
     /// Removes the empty directory `name` from `dir`.

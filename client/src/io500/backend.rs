@@ -51,6 +51,21 @@ pub struct FileStat {
     pub mtime: SystemTime,
 }
 
+/// Which call of a file's create, write and close failed, and how.
+#[derive(Debug)]
+pub struct FileOpError {
+    /// `create`, `write_at` or `close`.
+    pub op: &'static str,
+    pub error: io::Error,
+}
+
+impl FileOpError {
+    /// Wraps the error of `op` (for `map_err`).
+    pub fn of(op: &'static str) -> impl Fn(io::Error) -> Self {
+        move |error| Self { op, error }
+    }
+}
+
 /// One entry of a directory listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
@@ -122,6 +137,38 @@ pub trait Io500Backend: Send + Sync {
         path: &str,
         visit: &mut dyn FnMut(DirEntry) -> io::Result<()>,
     ) -> io::Result<()>;
+
+    /// The mdtest write step for several files: creates each `files[i].0` (which must not
+    /// exist), writes `files[i].1` at offset 0 if it is not empty, and closes it. Returns one
+    /// result per file, in order: each file's own outcome (an existing name fails that file
+    /// with `AlreadyExists`, whatever happened to the others), with the operation that failed.
+    /// When it returns, every file that succeeded is closed as by [`close`](Self::close).
+    /// A backend may keep the files' operations in flight together; the default runs them
+    /// one file at a time.
+    fn create_files(&self, files: &[(String, &[u8])]) -> Vec<Result<(), FileOpError>> {
+        files
+            .iter()
+            .map(|(path, data)| {
+                let file = self.create(path).map_err(FileOpError::of("create"))?;
+                let written = if data.is_empty() {
+                    Ok(())
+                } else {
+                    self.write_at(&file, 0, data)
+                };
+                let closed = self.close(file);
+                written.map_err(FileOpError::of("write_at"))?;
+                closed.map_err(FileOpError::of("close"))
+            })
+            .collect()
+    }
+
+    /// Removes the files `paths`, one result per path, in order, each the path's own
+    /// outcome. When it returns, every name that succeeded is gone as after
+    /// [`unlink`](Self::unlink). A backend may keep the removals in flight together; the
+    /// default removes one file at a time.
+    fn unlink_files(&self, paths: &[String]) -> Vec<io::Result<()>> {
+        paths.iter().map(|p| self.unlink(p)).collect()
+    }
 
     /// Completes every operation the backend left in flight (a close or unlink acknowledged
     /// before its storage requests were) and reports the first failure among them. Each

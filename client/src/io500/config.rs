@@ -10,6 +10,11 @@ pub const IOR_EASY_TRANSFER_BYTES: usize = 2 * 1024 * 1024;
 pub const IOR_HARD_TRANSFER_BYTES: usize = 47008;
 /// mdtest-hard file size (IO500: `-w 3901 -e 3901`).
 pub const MDTEST_HARD_FILE_BYTES: usize = 3901;
+/// Files an mdtest task hands the backend at once in the write and delete phases
+/// ([`Io500Backend::create_files`](super::Io500Backend::create_files),
+/// [`Io500Backend::unlink_files`](super::Io500Backend::unlink_files)); a backend may keep
+/// their operations in flight together.
+pub const MDTEST_FILES_PER_GROUP: u64 = 32;
 
 /// Everything a run needs besides the backend.
 #[derive(Debug, Clone)]

@@ -3,12 +3,13 @@
 //! on the neighbour task's files, all of them.
 
 use super::backend::{EntryKind, Io500Backend};
-use super::config::MDTEST_HARD_FILE_BYTES;
+use super::config::{MDTEST_FILES_PER_GROUP as FILES_PER_GROUP, MDTEST_HARD_FILE_BYTES};
 use super::layout::{neighbour, Layout};
 use super::pattern::{file_key, fill, verify_read};
 use super::score::{PhaseResult, Unit};
 use super::tasks::{run_tasks, Goal, Progress, Stonewall};
 use super::{io_context, Ctx, Io500Error};
+use std::ops::Range;
 
 /// Pattern tag of mdtest-hard files.
 const TAG_HARD: u8 = 3;
@@ -54,32 +55,29 @@ pub(crate) fn write<B: Io500Backend>(
     let wall = Stonewall::new(config.stonewall, cap, config.tasks);
     let bytes = shape.file_bytes();
     let (counts, start) = run_tasks(config.tasks, &progress, |task| {
-        let mut buf = vec![0u8; bytes as usize];
-        let step = |index: u64| {
-            let path = shape.path(ctx.layout, task, index);
-            let file = ctx
-                .backend
-                .create(&path)
-                .map_err(io_context(name, "create", &path))?;
-            if shape == Shape::Hard {
-                fill(
-                    &mut buf,
-                    file_key(config.run_seed, TAG_HARD, task as u32, index),
-                    0,
-                );
-                let written = ctx.backend.write_at(&file, 0, &buf);
-                let closed = ctx.backend.close(file);
-                written.map_err(io_context(name, "write_at", &path))?;
-                closed.map_err(io_context(name, "close", &path))?;
-            } else {
-                ctx.backend
-                    .close(file)
-                    .map_err(io_context(name, "close", &path))?;
+        let mut bufs = vec![vec![0u8; bytes as usize]; FILES_PER_GROUP as usize];
+        let step = |indices: Range<u64>| {
+            let count = indices.end - indices.start;
+            for (index, buf) in indices.clone().zip(bufs.iter_mut()) {
+                if shape == Shape::Hard {
+                    fill(
+                        buf,
+                        file_key(config.run_seed, TAG_HARD, task as u32, index),
+                        0,
+                    );
+                }
             }
-            progress.add(1, bytes);
+            let files: Vec<(String, &[u8])> = indices
+                .map(|index| shape.path(ctx.layout, task, index))
+                .zip(bufs.iter().map(Vec::as_slice))
+                .collect();
+            for ((path, _), result) in files.iter().zip(ctx.backend.create_files(&files)) {
+                result.map_err(|e| io_context(name, e.op, path)(e.error))?;
+            }
+            progress.add(count, count * bytes);
             Ok(())
         };
-        let done = wall.run(task, step, name)?;
+        let done = wall.run_groups(task, FILES_PER_GROUP, step, name)?;
         ctx.backend
             .drain()
             .map_err(io_context(name, "drain", ctx.layout.root()))?;
@@ -158,6 +156,31 @@ fn act_on<B: Io500Backend>(
     }
 }
 
+/// The delete phases' work for one task: unlinks files `0..count` of task `source`, handed
+/// to the backend [`FILES_PER_GROUP`] at a time.
+fn delete_all<B: Io500Backend>(
+    ctx: &Ctx<B>,
+    name: &'static str,
+    shape: Shape,
+    source: usize,
+    count: u64,
+    progress: &Progress,
+) -> Result<(), Io500Error> {
+    let mut first = 0;
+    while first < count {
+        let last = count.min(first + FILES_PER_GROUP);
+        let paths: Vec<String> = (first..last)
+            .map(|index| shape.path(ctx.layout, source, index))
+            .collect();
+        for (path, result) in paths.iter().zip(ctx.backend.unlink_files(&paths)) {
+            result.map_err(io_context(name, "unlink", path))?;
+        }
+        progress.add(last - first, 0);
+        first = last;
+    }
+    Ok(())
+}
+
 /// mdtest-*-stat, mdtest-hard-read, mdtest-*-delete: every task handles all of its
 /// neighbour's files.
 pub(crate) fn follow_up<B: Io500Backend>(
@@ -180,9 +203,13 @@ pub(crate) fn follow_up<B: Io500Backend>(
         let count = created.get(source).copied().unwrap_or(0);
         let mut buf = vec![0u8; shape.file_bytes() as usize + 1];
         let mut errors = 0u64;
-        for index in 0..count {
-            errors += act_on(ctx, name, shape, action, (source, index), &mut buf)?;
-            progress.add(1, bytes_each);
+        if action == Action::Delete {
+            delete_all(ctx, name, shape, source, count, &progress)?;
+        } else {
+            for index in 0..count {
+                errors += act_on(ctx, name, shape, action, (source, index), &mut buf)?;
+                progress.add(1, bytes_each);
+            }
         }
         ctx.backend
             .drain()

@@ -60,7 +60,7 @@ mod tasks;
 #[cfg(test)]
 mod tests;
 
-pub use backend::{DirEntry, EntryKind, FileStat, Io500Backend};
+pub use backend::{DirEntry, EntryKind, FileOpError, FileStat, Io500Backend};
 pub use config::Config;
 pub use posix::PosixBackend;
 pub use report::RunReport;

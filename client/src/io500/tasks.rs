@@ -10,6 +10,7 @@
 //! actually written over the time actually spent, and every task ends with the same count.
 
 use std::io::{IsTerminal, Write};
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Barrier, RwLock};
@@ -254,23 +255,41 @@ impl Stonewall {
         mut op: impl FnMut(u64) -> Result<(), Io500Error>,
         phase: &'static str,
     ) -> Result<u64, Io500Error> {
+        self.run_groups(task, 1, |range| op(range.start), phase)
+    }
+
+    /// [`run`](Self::run) with the operations handed out in groups of up to `group`
+    /// consecutive indices (fewer at the cap and at the end of the wear-out), for a backend
+    /// that keeps a group's operations in flight together. The clock is checked after each
+    /// group, and a group counts only once `op` returned for all of it.
+    pub(crate) fn run_groups(
+        &self,
+        task: usize,
+        group: u64,
+        mut op: impl FnMut(Range<u64>) -> Result<(), Io500Error>,
+        phase: &'static str,
+    ) -> Result<u64, Io500Error> {
+        let group = group.max(1);
         let deadline = Instant::now() + self.duration;
+        let cap = self.cap.max(1);
         let mut done = 0u64;
         let mut error = None;
         // Like IOR, the clock is checked after each operation, so every task does at least one.
-        while done < self.cap.max(1) {
+        while done < cap {
+            let range = done..cap.min(done.saturating_add(group));
             // A panicking backend call becomes an error, so this task still reaches the
             // wear-out barrier and the others are not left waiting for it.
-            let outcome = catch_unwind(AssertUnwindSafe(|| op(done))).unwrap_or_else(|_| {
-                Err(Io500Error::Thread(format!("{phase}: task {task} panicked")))
-            });
+            let outcome =
+                catch_unwind(AssertUnwindSafe(|| op(range.clone()))).unwrap_or_else(|_| {
+                    Err(Io500Error::Thread(format!("{phase}: task {task} panicked")))
+                });
             if let Err(e) = outcome {
                 error = Some(e);
                 self.failed.store(true, Ordering::Relaxed);
                 self.stop.store(true, Ordering::Relaxed);
                 break;
             }
-            done += 1;
+            done = range.end;
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -296,8 +315,9 @@ impl Stonewall {
             .max()
             .unwrap_or(done);
         while done < target {
-            op(done)?;
-            done += 1;
+            let range = done..target.min(done.saturating_add(group));
+            op(range.clone())?;
+            done = range.end;
         }
         Ok(done)
     }
@@ -336,6 +356,43 @@ mod tests {
         assert_eq!(counts[0], counts[1]);
         assert!(counts[0] >= 1);
         assert_eq!(progress.ops.load(Ordering::Relaxed), counts[0] * 2);
+    }
+
+    #[test]
+    fn groups_cover_every_index_once_up_to_the_cap_and_after_the_wear_out() {
+        // Task 0 is slow at first, so the wear-out has it catch up in groups too; the
+        // cap cuts the last group short.
+        let tasks = 2;
+        let wall = Stonewall::new(Duration::from_millis(20), 101, tasks);
+        let progress = quiet(Goal::Stonewall(Duration::from_millis(20)));
+        let (ranges, _) = run_tasks(tasks, &progress, |task| {
+            let mut seen = Vec::new();
+            let done = wall.run_groups(
+                task,
+                8,
+                |r| {
+                    if task == 0 && r.start < 16 {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    seen.push(r);
+                    Ok(())
+                },
+                "test",
+            )?;
+            Ok((done, seen))
+        })
+        .unwrap();
+        assert_eq!(ranges[0].0, ranges[1].0);
+        for (done, seen) in ranges {
+            assert!(done <= 101);
+            let mut next = 0;
+            for r in seen {
+                assert_eq!(r.start, next);
+                assert!(r.end > r.start && r.end - r.start <= 8, "{r:?}");
+                next = r.end;
+            }
+            assert_eq!(next, done);
+        }
     }
 
     #[test]
