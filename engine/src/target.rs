@@ -9,8 +9,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
-use ferrite_proto::rpc::{ErrorCode, Found, PunchScope, Reply, Request, TargetStat};
+use ferrite_proto::rpc::{ErrorCode, Found, Placed, PunchScope, Reply, Request, TargetStat};
 
+use crate::server::BulkSlice;
 use crate::store::{
     Condition, Conditional, Durability, Store, StoreConfig, StoreError, StoreRegions,
 };
@@ -143,17 +144,66 @@ fn is_write(req: &Request) -> bool {
             | Request::Punch { .. }
             | Request::CondUpdate { .. }
             | Request::ExtentWrite { .. }
+            | Request::BulkWrite { .. }
     )
+}
+
+/// This xstream's target if it takes `req` (no writes while closing).
+fn serving(req: &Request) -> Result<Rc<Target>, Reply> {
+    let Some(t) = current() else {
+        return Err(Reply::error(
+            ErrorCode::ShuttingDown,
+            "no target on this xstream",
+        ));
+    };
+    if t.closing.get() && is_write(req) {
+        return Err(Reply::error(
+            ErrorCode::ShuttingDown,
+            "the engine is shutting down",
+        ));
+    }
+    Ok(t)
+}
+
+/// Runs a bulk request against this xstream's target: a BulkWrite appends
+/// the bytes of `slice` (copied from the client's region into the log
+/// ring), a BulkRead places the extent into it. `slice` was bounds-checked
+/// against the connection's bulk region and is `len` bytes long.
+pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
+    let t = match serving(&req) {
+        Ok(t) => t,
+        Err(refusal) => return refusal,
+    };
+    let s = &t.store;
+    match req {
+        Request::BulkWrite { key, offset, .. } => version(
+            s.update_extent(&key.as_record_key(), offset, slice.bytes())
+                .await,
+        ),
+        Request::BulkRead {
+            key, offset, len, ..
+        } => {
+            let read = s
+                .fetch_extent_to(&key.as_record_key(), offset, u64::from(len), &mut slice)
+                .await;
+            match read {
+                Ok(found) => Reply::Placed(found.map(|version| Placed { version, len })),
+                Err(e) => store_error(e),
+            }
+        }
+        other => Reply::error(
+            ErrorCode::InvalidArgument,
+            format!("{:?} is not a bulk operation", other.kind()),
+        ),
+    }
 }
 
 /// Runs one data request against this xstream's target.
 pub async fn handle(req: Request) -> Reply {
-    let Some(t) = current() else {
-        return Reply::error(ErrorCode::ShuttingDown, "no target on this xstream");
+    let t = match serving(&req) {
+        Ok(t) => t,
+        Err(refusal) => return refusal,
     };
-    if t.closing.get() && is_write(&req) {
-        return Reply::error(ErrorCode::ShuttingDown, "the engine is shutting down");
-    }
     let s = &t.store;
     match req {
         Request::Update { key, value } => version(s.update(&key.as_record_key(), &value).await),

@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::OwnedFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ferrite_proto::rpc::handshake::{
-    engine_proof, login_proof, AUTH_TOKEN_HMAC_SHA256, HELLO_WANT_SHM, NONCE_BYTES,
-    WELCOME_FDS_ATTACHED,
+    engine_proof, login_proof, AUTH_TOKEN_HMAC_SHA256, HELLO_BULK_REGION, HELLO_WANT_SHM,
+    NONCE_BYTES, WELCOME_BULK_MAPPED, WELCOME_FDS_ATTACHED,
 };
 use ferrite_proto::rpc::{self, Hello, Login, Reply, Request, Welcome};
 use rand::RngCore;
@@ -21,7 +21,7 @@ use rand::RngCore;
 use crate::client::error::{Error, Result};
 use crate::client::url::EngineUrl;
 use crate::client::waiter::{Answer, ReplyFuture, Sink, Waiter};
-use crate::fabric::shm::recv_with_fds;
+use crate::fabric::shm::{recv_with_fds, send_with_fds};
 
 /// Largest reply body this client accepts.
 pub const MAX_REPLY_BODY_BYTES: usize = rpc::MAX_BODY_BYTES;
@@ -78,6 +78,10 @@ pub struct ConnectOptions {
     pub token: Option<Vec<u8>>,
     /// Ask for shm region fds (Unix socket only).
     pub want_shm: bool,
+    /// Offer this bulk region's memory file (a sealed memfd, see
+    /// [`super::bulk`]) with the Login (Unix socket only); the caller keeps
+    /// the fd open until the handshake returned.
+    pub bulk_fd: Option<RawFd>,
 }
 
 /// What the handshake returned.
@@ -86,6 +90,9 @@ pub struct Session {
     pub welcome: Welcome,
     /// One fd per region when the engine attached them (shm), in order.
     pub fds: Vec<OwnedFd>,
+    /// The engine mapped the offered bulk region: bulk requests may go on
+    /// this connection.
+    pub bulk_mapped: bool,
 }
 
 struct Shared {
@@ -253,6 +260,8 @@ pub(crate) fn op_name(r: &Request) -> &'static str {
         Request::CondUpdate { .. } => "conditional put",
         Request::ExtentWrite { .. } => "extent write",
         Request::ExtentRead { .. } => "extent read",
+        Request::BulkWrite { .. } => "bulk extent write",
+        Request::BulkRead { .. } => "bulk extent read",
         Request::Batch(_) => "batch",
         Request::Stat => "stat",
         Request::Sync => "sync",
@@ -434,8 +443,14 @@ fn handshake(stream: &mut Stream, url: &EngineUrl, opts: &ConnectOptions) -> Res
     let mut client_nonce = [0u8; NONCE_BYTES];
     rand::thread_rng().fill_bytes(&mut client_nonce);
     let want_shm = opts.want_shm && matches!(stream, Stream::Unix(_));
+    let bulk_fd = opts.bulk_fd.filter(|_| matches!(stream, Stream::Unix(_)));
     let hello = Hello {
-        flags: if want_shm { HELLO_WANT_SHM } else { 0 },
+        flags: if want_shm { HELLO_WANT_SHM } else { 0 }
+            | if bulk_fd.is_some() {
+                HELLO_BULK_REGION
+            } else {
+                0
+            },
         client_nonce,
     };
     let mut frame = Vec::new();
@@ -458,7 +473,11 @@ fn handshake(stream: &mut Stream, url: &EngineUrl, opts: &ConnectOptions) -> Res
     };
     frame.clear();
     rpc::encode_request(2, &Request::Login(Login { proof }), &mut frame);
-    stream.write_all(&frame).map_err(gone)?;
+    send_login(stream, &frame, bulk_fd).map_err(|e| Error::Disconnected {
+        url: url.to_string(),
+        op: "handshake",
+        detail: e.to_string(),
+    })?;
     let welcome = match handshake_frame(stream, url, &mut fds)? {
         Reply::Welcome(w) => w,
         other => return Err(refused(url, other, "a welcome")),
@@ -482,5 +501,22 @@ fn handshake(stream: &mut Stream, url: &EngineUrl, opts: &ConnectOptions) -> Res
             ),
         });
     }
-    Ok(Session { welcome, fds })
+    let bulk_mapped = bulk_fd.is_some() && welcome.flags & WELCOME_BULK_MAPPED != 0;
+    Ok(Session {
+        welcome,
+        fds,
+        bulk_mapped,
+    })
+}
+
+/// Sends the Login frame, with the bulk region's fd on its first bytes when
+/// one is offered.
+fn send_login(stream: &mut Stream, frame: &[u8], bulk_fd: Option<RawFd>) -> Result<()> {
+    let sent = match (&*stream, bulk_fd) {
+        (Stream::Unix(s), Some(fd)) => send_with_fds(s, frame, &[fd])?,
+        _ => 0,
+    };
+    stream
+        .write_all(&frame[sent..])
+        .map_err(|e| Error::io("send login", e))
 }

@@ -12,6 +12,7 @@ use ferrite_proto::rpc::{
     Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat, Verified,
 };
 
+use crate::client::bulk::BulkArea;
 use crate::client::conn::{ConnectOptions, Connection, Session};
 use crate::client::counters::{Counter, CounterSnapshot, Counters};
 use crate::client::error::{Error, Result};
@@ -42,6 +43,10 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     /// Retries of the one-sided GET before asking by RPC.
     pub retry: RetryPolicy,
+    /// Slots (1 MiB each) of the bulk region offered to an engine on the
+    /// Unix socket, through which file data travels instead of inside the
+    /// frames ([`crate::client::bulk`]); 0 = none.
+    pub bulk_slots: usize,
 }
 
 impl Default for ClientOptions {
@@ -53,6 +58,7 @@ impl Default for ClientOptions {
             bucket_cache: 1 << 16,
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            bulk_slots: crate::client::bulk::BULK_SLOTS_DEFAULT,
         }
     }
 }
@@ -111,6 +117,8 @@ pub struct Client {
     /// Indices into `conns` of the connections each xstream serves.
     by_xstream: Vec<Vec<usize>>,
     reader: Option<OneSidedReader>,
+    /// The bulk region every connection's engine side mapped, if any.
+    pub(crate) bulk: Option<Arc<BulkArea>>,
     pub(crate) counters: Arc<Counters>,
     incarnation: u64,
     targets: Vec<TargetInfo>,
@@ -145,11 +153,18 @@ impl Client {
     pub fn connect_with(url: &str, opts: ClientOptions) -> Result<Self> {
         let url: EngineUrl = url.parse()?;
         let n = opts.connections.max(1);
+        // A bulk region is offered on the Unix socket only; if it cannot be
+        // made, data goes in the frames.
+        let area = (opts.bulk_slots > 0 && is_loopback_shm(&url))
+            .then(|| BulkArea::create(opts.bulk_slots).ok())
+            .flatten();
         let first_opts = ConnectOptions {
             token: opts.token.clone(),
             want_shm: opts.one_sided && is_loopback_shm(&url),
+            bulk_fd: area.as_ref().map(|a| a.raw_fd()),
         };
         let (first, session) = Connection::open(&url, &first_opts, opts.request_timeout)?;
+        let mut bulk_everywhere = session.bulk_mapped;
         let xstreams = session.welcome.targets.iter().map(|t| t.xstream).max();
         let xstreams = usize::from(xstreams.unwrap_or(0)) + 1;
         let mut pool = ConnPool::new(xstreams);
@@ -164,10 +179,11 @@ impl Client {
                 break;
             }
             let (c, s) = Connection::open(&url, &rest, opts.request_timeout)?;
+            bulk_everywhere &= s.bulk_mapped;
             pool.add(c, &s.welcome);
         }
         let ConnPool { conns, by_xstream } = pool;
-        let Session { welcome, fds } = session;
+        let Session { welcome, fds, .. } = session;
         let reader = if opts.one_sided {
             build_reader(
                 &welcome.regions,
@@ -184,6 +200,7 @@ impl Client {
             conns,
             by_xstream,
             reader,
+            bulk: area.filter(|_| bulk_everywhere),
             counters: Arc::new(Counters::default()),
             incarnation: welcome.incarnation,
             targets: welcome.targets,

@@ -22,6 +22,7 @@
 //! queue's poller, polls for the reads' completions.
 
 pub mod async_api;
+pub mod bulk;
 pub mod cache;
 pub mod conn;
 pub mod counters;

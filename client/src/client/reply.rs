@@ -4,7 +4,7 @@ use ferrite_proto::rpc::{Found, Reply, Verified};
 
 use crate::client::error::{Error, Result};
 
-fn unexpected(op: &'static str, other: Reply) -> Error {
+pub(crate) fn unexpected(op: &'static str, other: Reply) -> Error {
     match other {
         Reply::Error { code, message } => Error::Remote {
             op,

@@ -4,6 +4,7 @@
 use super::entry::{now_ns, Entry};
 use super::error::{client_err, unexpected_reply, FsError, FsResult};
 use super::Namespace;
+use crate::client::bulk::BulkLease;
 use crate::client::{Error as ClientError, Key, PunchScope, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -91,16 +92,28 @@ impl Namespace {
         Key::new(self.container, object, &chunk_dkey(index), CHUNK_AKEY)
     }
 
-    /// The extent writes of `data` at `offset` of the file, one per chunk piece.
-    fn write_requests(&self, fh: &FileHandle, offset: u64, data: &[u8]) -> Vec<Request> {
+    /// The extent writes of `data` at `offset` of the file, one per chunk
+    /// piece, each through the bulk region when it has a free slot (the
+    /// leases are settled once the writes are answered).
+    fn write_requests(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> (Vec<Request>, Vec<BulkLease>) {
         let chunk = u64::from(fh.entry.chunk_size);
-        pieces(chunk, offset, data.len())
-            .map(|(index, within, pos, n)| Request::ExtentWrite {
-                key: self.chunk_key(fh.entry.object, index),
-                offset: within,
-                data: data[pos..pos + n].to_vec(),
+        let mut leases = Vec::new();
+        let requests = pieces(chunk, offset, data.len())
+            .map(|(index, within, pos, n)| {
+                let key = self.chunk_key(fh.entry.object, index);
+                let (req, lease) =
+                    self.client
+                        .extent_write_request(key, within, &data[pos..pos + n]);
+                leases.extend(lease);
+                req
             })
-            .collect()
+            .collect();
+        (requests, leases)
     }
 
     /// Notes that `fh` wrote up to `end` (published by the next close).
@@ -124,15 +137,21 @@ impl Namespace {
         offset: u64,
         data: &[u8],
     ) -> impl std::future::Future<Output = FsResult<()>> + Send + 'static {
-        let futures: Vec<_> = self
-            .write_requests(fh, offset, data)
+        let (requests, leases) = self.write_requests(fh, offset, data);
+        let futures: Vec<_> = requests
             .iter()
             .map(|r| self.client.request_async(r))
             .collect();
         Self::note_written(fh, offset + data.len() as u64);
         let name = fh.name.clone();
         async move {
-            for r in futures::future::join_all(futures).await {
+            let replies = futures::future::join_all(futures).await;
+            // Every reply is in; a failed one leaves the slots to the engine.
+            match replies.iter().find(|r| r.is_err()) {
+                Some(_) => leases.into_iter().for_each(BulkLease::abandon),
+                None => drop(leases),
+            }
+            for r in replies {
                 expect_version(&name, r)?;
             }
             Ok(())
@@ -145,11 +164,10 @@ impl Namespace {
     /// opening the file while this runs may see the new size before the
     /// data, as with any write racing an open).
     pub fn write_and_close(&self, fh: FileHandle, offset: u64, data: &[u8]) -> FsResult<()> {
-        let (requests, seen) = self.close_batch(&fh, offset, data);
-        let replies = self
-            .client
-            .batch(requests)
-            .map_err(client_err(fh.name.clone()))?;
+        let (requests, leases, seen) = self.close_batch(&fh, offset, data);
+        let replies = self.client.batch(requests);
+        settle_all(leases, &replies);
+        let replies = replies.map_err(client_err(fh.name.clone()))?;
         self.finish_close(&fh, seen, replies)
     }
 
@@ -168,24 +186,26 @@ impl Namespace {
             let done = self.write_and_close(fh, offset, data);
             return Box::pin(async move { done });
         }
-        let (requests, seen) = self.close_batch(&fh, offset, data);
+        let (requests, leases, seen) = self.close_batch(&fh, offset, data);
         let sent = self.client.batch_async(requests);
         let ns = self.clone();
         Box::pin(async move {
-            let replies = sent.await.map_err(client_err(fh.name.clone()))?;
+            let replies = sent.await;
+            settle_all(leases, &replies);
+            let replies = replies.map_err(client_err(fh.name.clone()))?;
             ns.finish_close(&fh, seen, replies)
         })
     }
 
-    /// The requests of a final write plus the size update, and the entry
-    /// version the update expects.
+    /// The requests of a final write plus the size update, the leases of
+    /// its bulk slots, and the entry version the update expects.
     pub(super) fn close_batch(
         &self,
         fh: &FileHandle,
         offset: u64,
         data: &[u8],
-    ) -> (Vec<Request>, u64) {
-        let mut requests = self.write_requests(fh, offset, data);
+    ) -> (Vec<Request>, Vec<BulkLease>, u64) {
+        let (mut requests, leases) = self.write_requests(fh, offset, data);
         Self::note_written(fh, offset + data.len() as u64);
         let mut grown = fh.entry.clone();
         grown.size = grown.size.max(fh.written_end.load(Ordering::Acquire));
@@ -196,7 +216,7 @@ impl Namespace {
             expected_version: seen,
             value: grown.encode(),
         });
-        (requests, seen)
+        (requests, leases, seen)
     }
 
     /// Checks the replies of a [`close_batch`](Self::close_batch).
@@ -245,30 +265,28 @@ impl Namespace {
                 None => parts.push((key, within, pos, n)),
             }
         }
-        let futures: Vec<_> = parts
-            .iter()
-            .map(|(key, within, _, n)| {
-                self.client.request_async(&Request::ExtentRead {
-                    key: key.clone(),
-                    offset: *within,
-                    len: *n as u32,
-                })
+        let (requests, leases): (Vec<_>, Vec<_>) = parts
+            .into_iter()
+            .map(|(key, within, pos, n)| {
+                let (req, lease) = self.client.extent_read_request(key, within, n as u32);
+                (req, (lease, pos, n))
             })
+            .unzip();
+        let futures: Vec<_> = requests
+            .iter()
+            .map(|r| self.client.request_async(r))
             .collect();
         let replies = futures::executor::block_on(futures::future::join_all(futures));
-        for (&(_, _, pos, n), r) in parts.iter().zip(replies) {
+        let mut first_error = None;
+        for ((lease, pos, n), r) in leases.into_iter().zip(replies) {
             let out = &mut buf[pos..pos + n];
-            match r.map_err(client_err(fh.name.clone()))? {
-                Reply::Value(found) => fill(out, found.map(|f| f.value)),
-                other => {
-                    return Err(unexpected_reply(
-                        &fh.name,
-                        "extent read",
-                        self.client.url(),
-                        other,
-                    ))
-                }
+            // Every outcome is looked at, so that each lease is settled.
+            if let Err(e) = self.client.extent_read_outcome(lease, r, out) {
+                first_error.get_or_insert(e);
             }
+        }
+        if let Some(e) = first_error {
+            return Err(client_err(fh.name.clone())(e));
         }
         Ok(len)
     }
@@ -358,6 +376,14 @@ impl Namespace {
             e.ctime_ns = e.mtime_ns;
             true
         })
+    }
+}
+
+/// Frees the bulk slots of a batch once it was answered; keeps them from
+/// reuse when it was not (the engine may still use them).
+fn settle_all<T>(leases: Vec<BulkLease>, outcome: &crate::client::Result<T>) {
+    for lease in leases {
+        lease.settle(outcome);
     }
 }
 

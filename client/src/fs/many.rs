@@ -10,6 +10,7 @@ use super::entry::{Entry, EntryKind};
 use super::error::{client_err, unexpected_reply, FsError, FsResult};
 use super::file::{chunk_dkey, CHUNK_AKEY};
 use super::{check_name, new_object_id, FileHandle, FsFuture, Namespace};
+use crate::client::bulk::BulkLease;
 use crate::client::{Error as ClientError, Key, PunchScope, Reply, Request};
 
 /// One file of [`Namespace::create_files`]: directory object, name, and the
@@ -96,13 +97,21 @@ impl Namespace {
         results: &mut [FsResult<()>],
     ) {
         let mut requests = Vec::new();
+        let mut leases = Vec::new();
         let mut closing = Vec::with_capacity(handles.len());
         for (i, fh) in handles {
-            let (mut r, seen) = self.close_batch(&fh, 0, files[i].data);
+            let (mut r, mut l, seen) = self.close_batch(&fh, 0, files[i].data);
             closing.push((i, fh, seen, r.len()));
             requests.append(&mut r);
+            leases.append(&mut l);
         }
-        let mut replies = batch_replies(self, requests).into_iter();
+        let replies = batch_replies(self, requests);
+        // Bulk slots come back once the batch was answered; the engine may
+        // still use those of one that was not.
+        if replies.iter().any(|r| r.is_err()) {
+            leases.into_iter().for_each(BulkLease::abandon);
+        }
+        let mut replies = replies.into_iter();
         for (i, fh, seen, n) in closing {
             let mine: Result<Vec<Reply>, String> = replies.by_ref().take(n).collect();
             results[i] = match mine {

@@ -140,12 +140,17 @@ where
             )),
         }
     };
-    if let Err(e) = handshake {
-        if let FrameError::Refused(code, message) = e {
-            refuse(&mut wr, code, &message).await;
+    // The client's bulk region, if it offered one we mapped: unmapped once
+    // this connection ends and the last request task holding it finished.
+    let bulk = match handshake {
+        Ok(bulk) => bulk,
+        Err(e) => {
+            if let FrameError::Refused(code, message) = e {
+                refuse(&mut wr, code, &message).await;
+            }
+            return;
         }
-        return;
-    }
+    };
     let inflight = shared.max_inflight;
     let (tx, rx) = mpsc::channel::<Vec<u8>>(inflight);
     let writer = glommio::spawn_local(write_loop(wr, rx));
@@ -169,9 +174,10 @@ where
         };
         let mut tx = tx.clone();
         let shared = shared.clone();
+        let bulk = bulk.clone();
         glommio::spawn_local(async move {
             let kind = req.kind();
-            let reply = route::execute(&shared, req).await;
+            let reply = route::execute(&shared, req, bulk.as_ref()).await;
             let mut out = Vec::with_capacity(encoded_size_hint(&reply));
             rpc::encode_reply(kind, header.request_id, &reply, &mut out);
             let _ = tx.send(out).await;

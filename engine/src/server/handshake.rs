@@ -2,18 +2,26 @@
 //! Hello → Challenge, Login → Welcome. TCP connections must prove they hold
 //! the token when one is configured; on the Unix socket the file's
 //! permissions decide who may connect. A client on the Unix socket that asks
-//! for shm gets the regions' memory files with the Welcome (`SCM_RIGHTS`).
+//! for shm gets the regions' memory files with the Welcome (`SCM_RIGHTS`);
+//! one that offers a bulk region sends its memory file with the Login, and
+//! the engine maps it for the connection's life ([`super::bulk`]).
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
 
 use ferrite_proto::rpc::handshake::{
-    engine_proof, verify_login_proof, AUTH_NONE, AUTH_TOKEN_HMAC_SHA256, HELLO_WANT_SHM,
-    NONCE_BYTES, PROOF_BYTES, WELCOME_FDS_ATTACHED, WELCOME_SERVED_BY,
+    engine_proof, verify_login_proof, AUTH_NONE, AUTH_TOKEN_HMAC_SHA256, HELLO_BULK_REGION,
+    HELLO_WANT_SHM, NONCE_BYTES, PROOF_BYTES, WELCOME_BULK_MAPPED, WELCOME_FDS_ATTACHED,
+    WELCOME_SERVED_BY,
 };
-use ferrite_proto::rpc::{self, Challenge, ErrorCode, MessageType, Reply, Request, Welcome};
-use futures::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use ferrite_proto::rpc::{
+    self, Challenge, ErrorCode, FrameHeader, MessageType, Reply, Request, Welcome, HEADER_BYTES,
+};
+use futures::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use rand::RngCore;
 
+use super::bulk::{recvmsg_fds, BulkRegion};
 use super::conn::{read_body, read_header, FrameError, Transport};
 use super::Shared;
 
@@ -21,6 +29,8 @@ use super::Shared;
 const HANDSHAKE_MAX_BODY: u32 = 64;
 /// Attempts at sending the Welcome with its fds when the socket is full.
 const SEND_FDS_ATTEMPTS: usize = 1000;
+/// Pause between looks for a Login that carries a bulk region's fd.
+const RECV_FDS_PAUSE: Duration = Duration::from_micros(50);
 
 fn refused(code: ErrorCode, message: impl Into<String>) -> FrameError {
     FrameError::Refused(code, message.into())
@@ -34,6 +44,11 @@ async fn expect<R: AsyncRead + Unpin>(
     let Some(header) = read_header(rd, max_body).await? else {
         return Err(FrameError::Gone);
     };
+    check_header(&header, want)?;
+    Ok((header.request_id, read_body(rd, &header).await?))
+}
+
+fn check_header(header: &FrameHeader, want: MessageType) -> Result<(), FrameError> {
     if header.kind != want || header.is_reply() {
         return Err(refused(
             ErrorCode::Unauthenticated,
@@ -46,17 +61,73 @@ async fn expect<R: AsyncRead + Unpin>(
     if header.body_len > HANDSHAKE_MAX_BODY {
         return Err(refused(ErrorCode::Malformed, "handshake frame too long"));
     }
-    Ok((header.request_id, read_body(rd, &header).await?))
+    Ok(())
 }
 
-/// Runs the handshake; on success the connection may send data requests.
+/// Reads the Login frame whose first bytes carry the client's bulk region
+/// fd: the header with `recvmsg` straight from socket `fd` (the buffered
+/// reader holds nothing: the client sends its Login only after our
+/// Challenge), the body through `rd`. Returns the frame and the fd, if one
+/// came.
+async fn expect_login_with_fd<R: AsyncRead + Unpin>(
+    rd: &mut BufReader<R>,
+    fd: RawFd,
+    max_body: usize,
+) -> Result<(u64, Request, Option<OwnedFd>), FrameError> {
+    if !rd.buffer().is_empty() {
+        return Err(refused(
+            ErrorCode::Malformed,
+            "Login sent before the Challenge",
+        ));
+    }
+    let mut head = [0u8; HEADER_BYTES];
+    let mut got = 0;
+    let mut fds = Vec::new();
+    while got < HEADER_BYTES {
+        match recvmsg_fds(fd, &mut head[got..], libc::MSG_DONTWAIT) {
+            Ok((0, _)) => return Err(FrameError::Gone),
+            Ok((n, more)) => {
+                got += n;
+                fds.extend(more);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                glommio::timer::sleep(RECV_FDS_PAUSE).await;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Err(FrameError::Gone),
+        }
+    }
+    let header = FrameHeader::decode(&head, max_body).map_err(FrameError::malformed)?;
+    check_header(&header, MessageType::Login)?;
+    let login = read_body(rd, &header).await?;
+    Ok((header.request_id, login, fds.into_iter().next()))
+}
+
+/// Maps the bulk region the client sent, or says why not (the client then
+/// goes on without it: the Welcome does not carry [`WELCOME_BULK_MAPPED`]).
+fn map_bulk(fd: Option<OwnedFd>) -> Option<Arc<BulkRegion>> {
+    let Some(fd) = fd else {
+        tracing::debug!("a client offered a bulk region but sent no fd");
+        return None;
+    };
+    match BulkRegion::map(fd) {
+        Ok(region) => Some(Arc::new(region)),
+        Err(reason) => {
+            tracing::debug!(reason, "bulk region refused");
+            None
+        }
+    }
+}
+
+/// Runs the handshake; on success the connection may send data requests,
+/// with the client's bulk region when it offered one the engine mapped.
 pub(crate) async fn run<R, W>(
-    rd: &mut R,
+    rd: &mut BufReader<R>,
     wr: &mut W,
     fd: RawFd,
     shared: &Shared,
     transport: Transport,
-) -> Result<(), FrameError>
+) -> Result<Option<Arc<BulkRegion>>, FrameError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -80,8 +151,15 @@ where
     rpc::encode_reply(MessageType::Hello, hello_id, &challenge, &mut out);
     send(wr, &out).await?;
 
-    let (login_id, proof) = match expect(rd, MessageType::Login, shared.max_frame_bytes).await? {
-        (id, Request::Login(l)) => (id, l.proof),
+    let bulk_offered = transport == Transport::Unix && hello.flags & HELLO_BULK_REGION != 0;
+    let login = if bulk_offered {
+        expect_login_with_fd(rd, fd, shared.max_frame_bytes).await?
+    } else {
+        let (id, login) = expect(rd, MessageType::Login, shared.max_frame_bytes).await?;
+        (id, login, None)
+    };
+    let (login_id, proof, bulk_fd) = match login {
+        (id, Request::Login(l), bulk_fd) => (id, l.proof, bulk_fd),
         _ => return Err(refused(ErrorCode::Malformed, "bad Login")),
     };
     let mut server_proof = [0u8; PROOF_BYTES];
@@ -91,6 +169,16 @@ where
         }
         server_proof = engine_proof(token, &server_nonce, &hello.client_nonce);
     }
+    let bulk = if bulk_offered {
+        map_bulk(bulk_fd)
+    } else {
+        None
+    };
+    let bulk_flag = if bulk.is_some() {
+        WELCOME_BULK_MAPPED
+    } else {
+        0
+    };
     let shm = transport == Transport::Unix && hello.flags & HELLO_WANT_SHM != 0;
     let exports = match (&shared.shm, shm) {
         (Some(f), true) => f.exports(),
@@ -108,7 +196,7 @@ where
         WELCOME_FDS_ATTACHED
     };
     let welcome = Reply::Welcome(Welcome {
-        flags: fds_flag | served_by.map_or(0, |_| WELCOME_SERVED_BY),
+        flags: fds_flag | bulk_flag | served_by.map_or(0, |_| WELCOME_SERVED_BY),
         served_by: served_by.unwrap_or(0),
         incarnation: shared.incarnation,
         server_proof,
@@ -118,13 +206,15 @@ where
     let mut out = Vec::new();
     rpc::encode_reply(MessageType::Login, login_id, &welcome, &mut out);
     if exports.is_empty() {
-        return send(wr, &out).await;
+        send(wr, &out).await?;
+        return Ok(bulk);
     }
     let fds: Vec<RawFd> = exports.iter().map(|(r, _)| r.raw_fd()).collect();
     let sent = send_with_fds(fd, &out, &fds).await?;
     // `exports` keeps the regions (and so their fds) alive until here.
     drop(exports);
-    send(wr, &out[sent..]).await
+    send(wr, &out[sent..]).await?;
+    Ok(bulk)
 }
 
 async fn send<W: AsyncWrite + Unpin>(wr: &mut W, bytes: &[u8]) -> Result<(), FrameError> {

@@ -18,6 +18,7 @@
 //! engine.shutdown().unwrap();
 //! ```
 
+mod bulk;
 mod conn;
 mod error;
 mod handshake;
@@ -35,6 +36,8 @@ use ferrite_xstream::{Mesh, TaskClass, XstreamConfig, XstreamId, XstreamSet};
 use futures::channel::oneshot;
 use futures::executor::block_on;
 
+pub use bulk::recvmsg_fds;
+pub(crate) use bulk::BulkSlice;
 pub use error::{Result, ServerError};
 
 use crate::config::EngineConfig;
@@ -250,7 +253,7 @@ impl Router {
     /// returns its reply. Call it from an xstream of the engine: a request
     /// for that xstream's target runs in place, others go over the mesh.
     pub async fn execute(&self, req: ferrite_proto::rpc::Request) -> ferrite_proto::rpc::Reply {
-        route::execute(&self.shared, req).await
+        route::execute(&self.shared, req, None).await
     }
 
     /// The engine's URLs when the router was taken (clients name the

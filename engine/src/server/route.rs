@@ -2,7 +2,9 @@
 //! xstream mesh, or directly when that is the calling xstream); requests
 //! that span targets (batches, dkey and object listings, object punches,
 //! stat) fan out and their replies are merged. Region reads never reach a
-//! target: the network task serves them from the region.
+//! target: the network task serves them from the region. Bulk requests
+//! have their range checked against the connection's bulk region here,
+//! before they travel to their target.
 
 use std::sync::Arc;
 
@@ -10,21 +12,56 @@ use ferrite_proto::rpc::{ErrorCode, PunchScope, Reply, Request};
 use ferrite_xstream::{TaskClass, XstreamId};
 use futures::future::join_all;
 
+use super::bulk::{BulkRegion, BulkSlice};
 use super::Shared;
 use crate::target;
 
-/// Runs one request (after the handshake) and returns its reply.
-pub(crate) async fn execute(shared: &Arc<Shared>, req: Request) -> Reply {
+/// Runs one request (after the handshake) and returns its reply. `bulk` is
+/// the connection's bulk region, if it has one.
+pub(crate) async fn execute(
+    shared: &Arc<Shared>,
+    req: Request,
+    bulk: Option<&Arc<BulkRegion>>,
+) -> Reply {
     match req {
         Request::Batch(items) => {
-            Reply::Batch(join_all(items.into_iter().map(|i| execute_one(shared, i))).await)
+            Reply::Batch(join_all(items.into_iter().map(|i| execute_one(shared, i, bulk))).await)
         }
-        other => execute_one(shared, other).await,
+        other => execute_one(shared, other, bulk).await,
     }
 }
 
-async fn execute_one(shared: &Arc<Shared>, req: Request) -> Reply {
+/// The checked slice of the connection's bulk region a bulk request names.
+fn bulk_slice(bulk: Option<&Arc<BulkRegion>>, req: &Request) -> Result<BulkSlice, Reply> {
+    let (region_offset, len) = match req {
+        Request::BulkWrite {
+            region_offset, len, ..
+        }
+        | Request::BulkRead {
+            region_offset, len, ..
+        } => (*region_offset, *len),
+        _ => return Err(Reply::error(ErrorCode::Internal, "not a bulk request")),
+    };
+    let Some(region) = bulk else {
+        return Err(Reply::error(
+            ErrorCode::BadRegion,
+            "this connection has no bulk region (offer one in the Hello, on a Unix socket)",
+        ));
+    };
+    region
+        .slice(region_offset, len)
+        .map_err(|e| Reply::error(ErrorCode::BadRegion, e))
+}
+
+async fn execute_one(shared: &Arc<Shared>, req: Request, bulk: Option<&Arc<BulkRegion>>) -> Reply {
     match req {
+        Request::BulkWrite { .. } | Request::BulkRead { .. } => match bulk_slice(bulk, &req) {
+            Ok(slice) => {
+                let t = owner(shared, &req);
+                on_target(shared, t, req, Some(slice)).await
+            }
+            Err(refusal) => refusal,
+        },
         Request::RegionRead {
             region_id,
             access_key,
@@ -77,7 +114,7 @@ async fn execute_one(shared: &Arc<Shared>, req: Request) -> Reply {
         ),
         keyed => {
             let t = owner(shared, &keyed);
-            on_target(shared, t, keyed).await
+            on_target(shared, t, keyed, None).await
         }
     }
 }
@@ -87,9 +124,10 @@ fn owner(shared: &Shared, req: &Request) -> usize {
     req.owner(shared.target_count()).unwrap_or(0) as usize
 }
 
-/// Runs `req` on target `t`'s xstream; notes a target turned read-only.
-async fn on_target(shared: &Arc<Shared>, t: usize, req: Request) -> Reply {
-    let reply = run_on_target(shared, t, req).await;
+/// Runs `req` (with its bulk slice) on target `t`'s xstream; notes a
+/// target turned read-only.
+async fn on_target(shared: &Arc<Shared>, t: usize, req: Request, bulk: Option<BulkSlice>) -> Reply {
+    let reply = run_on_target(shared, t, req, bulk).await;
     if let Reply::Error {
         code: ErrorCode::ReadOnly,
         ..
@@ -102,22 +140,35 @@ async fn on_target(shared: &Arc<Shared>, t: usize, req: Request) -> Reply {
     reply
 }
 
-async fn run_on_target(shared: &Arc<Shared>, t: usize, req: Request) -> Reply {
+async fn run_on_target(
+    shared: &Arc<Shared>,
+    t: usize,
+    req: Request,
+    bulk: Option<BulkSlice>,
+) -> Reply {
     if ferrite_xstream::current() == Some(XstreamId(t)) {
-        return target::handle(req).await;
+        return run_here(req, bulk).await;
     }
     let run = shared
         .mesh
         .run_on(XstreamId(t), TaskClass::Foreground, move || {
-            target::handle(req)
+            run_here(req, bulk)
         });
     run.await
         .unwrap_or_else(|e| Reply::error(ErrorCode::ShuttingDown, format!("target {t}: {e}")))
 }
 
+/// Runs `req` on the calling xstream's target.
+async fn run_here(req: Request, bulk: Option<BulkSlice>) -> Reply {
+    match bulk {
+        Some(slice) => target::handle_bulk(req, slice).await,
+        None => target::handle(req).await,
+    }
+}
+
 async fn fan_out(shared: &Arc<Shared>, req: &Request) -> Vec<Reply> {
     let n = shared.target_count() as usize;
-    join_all((0..n).map(|t| on_target(shared, t, req.clone()))).await
+    join_all((0..n).map(|t| on_target(shared, t, req.clone(), None))).await
 }
 
 /// Merges per-target sorted, disjoint key lists into one of at most `limit`.

@@ -69,7 +69,7 @@ pub use cleaner::{CleanReport, CLEANER_SHARES};
 pub use error::{Result, StoreError};
 pub use format::Geometry;
 pub use keeper::KEEPER_SHARES;
-pub use ops::EXTENT_READ_MAX_BYTES;
+pub use ops::{ExtentSink, EXTENT_READ_MAX_BYTES};
 pub use sync::Durability;
 
 use crate::region::Region;

@@ -20,6 +20,24 @@ const PREFETCH_LINES: u64 = 4;
 /// Re-reads of a record the cleaner moved while it was being read.
 pub(super) const MOVED_RETRIES: u32 = 8;
 
+/// Where [`Store::fetch_extent_to`] puts the bytes it reads; positions are
+/// relative to the read's offset.
+pub trait ExtentSink {
+    /// Copies `bytes` to `at`.
+    fn put(&mut self, at: usize, bytes: &[u8]);
+    /// Zeroes `len` bytes at `at` (a hole of the array).
+    fn zero(&mut self, at: usize, len: usize);
+}
+
+impl ExtentSink for Vec<u8> {
+    fn put(&mut self, at: usize, bytes: &[u8]) {
+        self[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    fn zero(&mut self, at: usize, len: usize) {
+        self[at..at + len].fill(0);
+    }
+}
+
 /// What a key holds in the published state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Held {
@@ -425,14 +443,14 @@ impl Store {
         len: u32,
         range: (u64, u64),
         base: u64,
-        out: &mut [u8],
+        out: &mut dyn ExtentSink,
     ) -> Result<()> {
         let mut copy = |b: &[u8]| -> Option<()> {
             let h = Head::peek(b)?;
             let from = (range.0 - h.extent_offset) as usize;
             let to = (range.1 - h.extent_offset) as usize;
             let dst = (range.0 - base) as usize;
-            out[dst..dst + to - from].copy_from_slice(h.value.get(from..to)?);
+            out.put(dst, h.value.get(from..to)?);
             Some(())
         };
         if self.resident(addr) {
@@ -453,11 +471,32 @@ impl Store {
         offset: u64,
         len: u64,
     ) -> Result<Option<(u64, Vec<u8>)>> {
-        Self::validate(key, 0)?;
-        let end = offset
+        Self::validate_extent_read(offset, len)?;
+        let mut out = vec![0u8; len as usize];
+        let version = self.fetch_extent_to(key, offset, len, &mut out).await?;
+        Ok(version.map(|v| (v, out)))
+    }
+
+    fn validate_extent_read(offset: u64, len: u64) -> Result<u64> {
+        offset
             .checked_add(len)
             .filter(|_| len <= EXTENT_READ_MAX_BYTES)
-            .ok_or_else(|| StoreError::Invalid(format!("extent read of {len} at {offset}")))?;
+            .ok_or_else(|| StoreError::Invalid(format!("extent read of {len} at {offset}")))
+    }
+
+    /// [`fetch_extent`](Self::fetch_extent) into `out` (`len` bytes: every
+    /// one is written, holes as zero; nothing when the key is absent), one
+    /// copy out of the ring or the device buffer after the record's checks.
+    /// Returns the array's version, `None` if the key is absent.
+    pub async fn fetch_extent_to(
+        &self,
+        key: &RecordKey<'_>,
+        offset: u64,
+        len: u64,
+        out: &mut dyn ExtentSink,
+    ) -> Result<Option<u64>> {
+        Self::validate(key, 0)?;
+        let end = Self::validate_extent_read(offset, len)?;
         'retry: for _ in 0..MOVED_RETRIES {
             let (version, pieces) = {
                 let dir = self.dir.borrow();
@@ -472,19 +511,26 @@ impl Store {
                 };
                 (e.version, pieces_in(map, offset, end))
             };
-            let mut out = vec![0u8; len as usize];
+            // Pieces come in order and do not overlap: zero the gaps.
+            let mut done = offset;
             for (s, p) in pieces {
                 let range = (s.max(offset), p.end.min(end));
+                if range.0 > done {
+                    out.zero((done - offset) as usize, (range.0 - done) as usize);
+                }
                 let r = self
-                    .copy_piece(key, p.rec_addr, p.rec_len, range, offset, &mut out)
+                    .copy_piece(key, p.rec_addr, p.rec_len, range, offset, out)
                     .await;
                 match r {
-                    Ok(()) => {}
+                    Ok(()) => done = done.max(range.1),
                     Err(_) if self.moved(key, p.rec_addr) => continue 'retry,
                     Err(e) => return Err(e),
                 }
             }
-            return Ok(Some((version, out)));
+            if end > done {
+                out.zero((done - offset) as usize, (end - done) as usize);
+            }
+            return Ok(Some(version));
         }
         Err(StoreError::Invalid(
             "fetch_extent: records kept moving".into(),

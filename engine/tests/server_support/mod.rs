@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -260,7 +260,7 @@ impl RawClient {
     /// Reads one reply frame whose header may carry fds (SCM_RIGHTS).
     fn recv_with_fds(&mut self) -> std::io::Result<(FrameHeader, Reply)> {
         let mut head = [0u8; HEADER_BYTES];
-        let (n, fds) = recvmsg_fds(self.stream.raw(), &mut head)?;
+        let (n, fds) = ferrite_engine::server::recvmsg_fds(self.stream.raw(), &mut head, 0)?;
         self.fds = fds;
         if n == 0 {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -297,44 +297,6 @@ impl RawClient {
 
 pub fn other_error(e: impl ToString) -> std::io::Error {
     std::io::Error::other(e.to_string())
-}
-
-/// recvmsg into `buf`, collecting SCM_RIGHTS fds.
-fn recvmsg_fds(fd: RawFd, buf: &mut [u8]) -> std::io::Result<(usize, Vec<OwnedFd>)> {
-    let mut control = vec![0u64; 512];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: plain data, zeroed is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control.len() * 8;
-    // SAFETY: msg points at live buffers for the call.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut fds = Vec::new();
-    // SAFETY: walking the control buffer the kernel filled, with the libc
-    // CMSG macros; each SCM_RIGHTS payload is an array of fds now ours.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for i in 0..count {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok((n as usize, fds))
 }
 
 /// A read-only mapping of an fd (for shm regions).

@@ -44,6 +44,54 @@ const _: () = assert!(LIST_OBJECTS_BODY_BYTES == 29);
 pub const VERIFIED_FIXED_BYTES: usize = 1 + 4 + 8 + 8 + 2;
 const _: () = assert!(VERIFIED_FIXED_BYTES == 23);
 
+/// BulkWrite and BulkRead request bodies after their key: offset u64,
+/// region_offset u64, len u32.
+pub const BULK_FIXED_BYTES: usize = 8 + 8 + 4;
+const _: () = assert!(BULK_FIXED_BYTES == 20);
+/// Placed reply body: found u8, version u64, len u32 (both 0 when not found).
+pub const PLACED_BODY_BYTES: usize = 1 + 8 + 4;
+const _: () = assert!(PLACED_BODY_BYTES == 13);
+
+fn put_bulk(out: &mut Vec<u8>, key: &Key, offset: u64, region_offset: u64, len: u32) {
+    key.encode_into(out);
+    out.put_u64(offset);
+    out.put_u64(region_offset);
+    out.put_u32(len);
+}
+
+/// Key, offset, region_offset and len of a bulk request; len ≤ [`MAX_READ_BYTES`].
+fn get_bulk(r: &mut Reader<'_>) -> Result<(Key, u64, u64, u32), FormatError> {
+    let key = Key::decode_from(r)?;
+    let offset = r.u64()?;
+    let region_offset = r.u64()?;
+    let len = r.u32()?;
+    if len as usize > MAX_READ_BYTES {
+        return Err(r.range("len", u64::from(len)));
+    }
+    Ok((key, offset, region_offset, len))
+}
+
+fn put_placed(out: &mut Vec<u8>, p: &Option<Placed>) {
+    out.put_u8(u8::from(p.is_some()));
+    out.put_u64(p.map_or(0, |p| p.version));
+    out.put_u32(p.map_or(0, |p| p.len));
+}
+
+/// Decodes a `placed` body; version and len must be 0 when not found.
+fn get_placed(r: &mut Reader<'_>) -> Result<Option<Placed>, FormatError> {
+    let found = get_bool(r, "found")?;
+    let version = r.u64()?;
+    let len = r.u32()?;
+    if len as usize > MAX_READ_BYTES {
+        return Err(r.range("len", u64::from(len)));
+    }
+    match found {
+        true => Ok(Some(Placed { version, len })),
+        false if version == 0 && len == 0 => Ok(None),
+        false => Err(r.range("version/len (not found)", version | u64::from(len))),
+    }
+}
+
 fn put_verified(out: &mut Vec<u8>, v: &Verified) {
     let (outcome, records, value_bytes, addr, reason) = match v {
         Verified::Absent => (0, 0, 0, 0, ""),
@@ -160,6 +208,8 @@ impl Request {
             Self::Sync => MessageType::Sync,
             Self::ListObjects { .. } => MessageType::ListObjects,
             Self::Verify { .. } => MessageType::Verify,
+            Self::BulkWrite { .. } => MessageType::BulkWrite,
+            Self::BulkRead { .. } => MessageType::BulkRead,
             Self::RegionRead { .. } => MessageType::RegionRead,
         }
     }
@@ -175,6 +225,8 @@ impl Request {
             | Self::CondUpdate { key, .. }
             | Self::ExtentWrite { key, .. }
             | Self::ExtentRead { key, .. }
+            | Self::BulkWrite { key, .. }
+            | Self::BulkRead { key, .. }
             | Self::Verify { key } => (key.container, key.object, key.dkey.as_slice()),
             Self::ListAkeys {
                 container,
@@ -263,6 +315,18 @@ impl Request {
                 out.put_u128(after.unwrap_or(0));
             }
             Self::Verify { key } => key.encode_into(out),
+            Self::BulkWrite {
+                key,
+                offset,
+                region_offset,
+                len,
+            }
+            | Self::BulkRead {
+                key,
+                offset,
+                region_offset,
+                len,
+            } => put_bulk(out, key, *offset, *region_offset, *len),
             Self::RegionRead {
                 region_id,
                 access_key,
@@ -378,6 +442,24 @@ impl Request {
             MessageType::Verify => Self::Verify {
                 key: Key::decode_from(r)?,
             },
+            MessageType::BulkWrite => {
+                let (key, offset, region_offset, len) = get_bulk(r)?;
+                Self::BulkWrite {
+                    key,
+                    offset,
+                    region_offset,
+                    len,
+                }
+            }
+            MessageType::BulkRead => {
+                let (key, offset, region_offset, len) = get_bulk(r)?;
+                Self::BulkRead {
+                    key,
+                    offset,
+                    region_offset,
+                    len,
+                }
+            }
             MessageType::RegionRead => {
                 let region_id = r.u32()?;
                 if r.u32()? != 0 {
@@ -454,6 +536,7 @@ impl Reply {
             Self::Verified(_) => MessageType::Verify,
             Self::Cond { .. } => MessageType::CondUpdate,
             Self::Data(_) => MessageType::RegionRead,
+            Self::Placed(_) => MessageType::BulkRead,
             Self::Batch(_) => MessageType::Batch,
             Self::Stat(_) => MessageType::Stat,
             Self::Synced => MessageType::Sync,
@@ -502,6 +585,7 @@ impl Reply {
             }
             Self::Verified(v) => put_verified(out, v),
             Self::Data(d) => put_blob(out, d),
+            Self::Placed(p) => put_placed(out, p),
             Self::Batch(items) => {
                 out.put_u16(len_u16(items.len()));
                 for item in items {
@@ -532,7 +616,8 @@ impl Reply {
         Ok(match kind {
             T::Hello => Self::Challenge(Challenge::decode_from(r)?),
             T::Login => Self::Welcome(Welcome::decode_from(r)?),
-            T::Update | T::Punch | T::ExtentWrite => Self::Version(r.u64()?),
+            T::Update | T::Punch | T::ExtentWrite | T::BulkWrite => Self::Version(r.u64()?),
+            T::BulkRead => Self::Placed(get_placed(r)?),
             T::Fetch | T::ExtentRead => match get_bool(r, "found")? {
                 false => Self::Value(None),
                 true => Self::Value(Some(Found {

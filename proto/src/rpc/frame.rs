@@ -53,12 +53,14 @@ pub enum MessageType {
     Sync = 0x1a,
     ListObjects = 0x1b,
     Verify = 0x1c,
+    BulkWrite = 0x1d,
+    BulkRead = 0x1e,
     RegionRead = 0x20,
     Error = 0x7f,
 }
 
 impl MessageType {
-    pub const ALL: [MessageType; 17] = [
+    pub const ALL: [MessageType; 19] = [
         Self::Hello,
         Self::Login,
         Self::Update,
@@ -74,6 +76,8 @@ impl MessageType {
         Self::Sync,
         Self::ListObjects,
         Self::Verify,
+        Self::BulkWrite,
+        Self::BulkRead,
         Self::RegionRead,
         Self::Error,
     ];
@@ -95,6 +99,8 @@ impl MessageType {
                 | Self::ExtentWrite
                 | Self::ExtentRead
                 | Self::Verify
+                | Self::BulkWrite
+                | Self::BulkRead
         )
     }
 }

@@ -30,10 +30,16 @@ pub const MAX_TARGETS: usize = 1024;
 
 /// Hello flag: the client can map shm regions (Unix socket only).
 pub const HELLO_WANT_SHM: u32 = 1;
+/// Hello flag: the client attaches the fd of its bulk region (a sealed
+/// memfd) to its Login frame (Unix socket only).
+pub const HELLO_BULK_REGION: u32 = 1 << 1;
 /// Welcome flag: one fd per shm region rides on this frame (SCM_RIGHTS).
 pub const WELCOME_FDS_ATTACHED: u16 = 1;
 /// Welcome flag: `served_by` names the xstream serving this connection.
 pub const WELCOME_SERVED_BY: u16 = 1 << 1;
+/// Welcome flag: the engine mapped the client's bulk region; BulkWrite and
+/// BulkRead may be sent on this connection.
+pub const WELCOME_BULK_MAPPED: u16 = 1 << 2;
 
 /// Challenge `auth` values.
 pub const AUTH_NONE: u8 = 0;

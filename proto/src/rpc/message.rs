@@ -142,6 +142,23 @@ pub enum Request {
     Verify {
         key: Key,
     },
+    /// [`Request::ExtentWrite`] whose `len` bytes are taken from the
+    /// connection's bulk region at `region_offset` instead of the frame.
+    BulkWrite {
+        key: Key,
+        offset: u64,
+        region_offset: u64,
+        len: u32,
+    },
+    /// [`Request::ExtentRead`] whose bytes the engine places into the
+    /// connection's bulk region at `region_offset` (holes as zero); answered
+    /// by [`Reply::Placed`].
+    BulkRead {
+        key: Key,
+        offset: u64,
+        region_offset: u64,
+        len: u32,
+    },
     /// One-sided read of `len` bytes at `offset` of a tcp-provider region.
     RegionRead {
         region_id: u32,
@@ -174,6 +191,15 @@ pub enum Verified {
     },
 }
 
+/// What a [`Request::BulkRead`] placed into the bulk region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// The array's version.
+    pub version: u64,
+    /// Bytes placed at the request's `region_offset` (its whole `len`).
+    pub len: u32,
+}
+
 /// Counters of one target in a stat reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetStat {
@@ -200,7 +226,9 @@ pub enum ErrorCode {
     /// Store or queue full.
     NoSpace = 8,
     ShuttingDown = 9,
-    /// Region read with an unknown region, wrong access key or out of bounds.
+    /// Region read with an unknown region, wrong access key or out of
+    /// bounds; a bulk request out of its bulk region's bounds or on a
+    /// connection without one.
     BadRegion = 10,
     Internal = 11,
 }
@@ -257,6 +285,9 @@ pub enum Reply {
     },
     /// Reply to Verify.
     Verified(Verified),
+    /// Reply to BulkRead: `None` when the array does not exist (nothing
+    /// was placed).
+    Placed(Option<Placed>),
     /// Reply to RegionRead.
     Data(Vec<u8>),
     /// Reply to Batch: one reply per operation, in order.

@@ -36,7 +36,9 @@ mod tests;
 
 pub use frame::{FrameHeader, MessageType, FLAG_REPLY, HEADER_BYTES, MAX_BODY_BYTES};
 pub use handshake::{Challenge, Hello, Login, TargetInfo, Welcome};
-pub use message::{ErrorCode, Found, Key, PunchScope, Reply, Request, TargetStat, Verified};
+pub use message::{
+    ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat, Verified,
+};
 
 use crate::FormatError;
 

@@ -72,6 +72,22 @@ fn data_request() -> impl Strategy<Value = Request> {
             len
         }),
         key().prop_map(|key| Request::Verify { key }),
+        (key(), any::<u64>(), any::<u64>(), 0u32..=(1 << 20)).prop_map(
+            |(key, offset, region_offset, len)| Request::BulkWrite {
+                key,
+                offset,
+                region_offset,
+                len
+            }
+        ),
+        (key(), any::<u64>(), any::<u64>(), 0u32..=(1 << 20)).prop_map(
+            |(key, offset, region_offset, len)| Request::BulkRead {
+                key,
+                offset,
+                region_offset,
+                len
+            }
+        ),
     ]
 }
 
@@ -118,6 +134,9 @@ fn data_reply() -> impl Strategy<Value = Reply> {
             .prop_map(|(applied, version)| Reply::Cond { applied, version }),
         (1u16..12, "[a-zé]{0,40}").prop_map(|(c, m)| Reply::error(ErrorCode::from_u16(c), m)),
         verified().prop_map(Reply::Verified),
+        Just(Reply::Placed(None)),
+        (any::<u64>(), 0u32..=(1 << 20))
+            .prop_map(|(version, len)| Reply::Placed(Some(Placed { version, len }))),
     ]
 }
 
@@ -405,4 +424,81 @@ fn list_objects_and_verified_bodies_are_laid_out_byte_by_byte() {
     body[13] = 0;
     body[0] = 3;
     assert!(Reply::decode_body(MessageType::Verify, &body).is_err());
+}
+
+/// The bytes of a BulkWrite/BulkRead request and of a Placed reply, as
+/// `FORMAT.md` lays them out, and their refusals.
+#[test]
+fn bulk_bodies_are_laid_out_byte_by_byte() {
+    let key = Key::new(1, 2, b"d", b"a");
+    let mut key_bytes = Vec::new();
+    key.encode_into(&mut key_bytes);
+    for kind in [MessageType::BulkWrite, MessageType::BulkRead] {
+        assert!(kind.is_batchable());
+        let (offset, region_offset, len) = (0x0102, 0x0a0b_0000, 47008);
+        let req = match kind {
+            MessageType::BulkWrite => Request::BulkWrite {
+                key: key.clone(),
+                offset,
+                region_offset,
+                len,
+            },
+            _ => Request::BulkRead {
+                key: key.clone(),
+                offset,
+                region_offset,
+                len,
+            },
+        };
+        let mut body = Vec::new();
+        req.encode_body(&mut body);
+        assert_eq!(body.len(), key_bytes.len() + body::BULK_FIXED_BYTES);
+        let mut want = key_bytes.clone();
+        want.extend([0x02, 0x01, 0, 0, 0, 0, 0, 0]);
+        want.extend([0, 0, 0x0b, 0x0a, 0, 0, 0, 0]);
+        want.extend(47008u32.to_le_bytes());
+        assert_eq!(body, want);
+        assert_eq!(Request::decode_body(kind, &body).unwrap(), req);
+        // len over 1 MiB is refused.
+        let at = body.len() - 4;
+        body[at..].copy_from_slice(&((1u32 << 20) + 1).to_le_bytes());
+        assert!(Request::decode_body(kind, &body).is_err());
+    }
+
+    let mut body = Vec::new();
+    let placed = Reply::Placed(Some(Placed {
+        version: 9,
+        len: 0x0304,
+    }));
+    placed.encode_body(&mut body);
+    assert_eq!(body.len(), body::PLACED_BODY_BYTES);
+    let mut want = vec![1, 9, 0, 0, 0, 0, 0, 0, 0];
+    want.extend([0x04, 0x03, 0, 0]);
+    assert_eq!(body, want);
+    assert_eq!(
+        Reply::decode_body(MessageType::BulkRead, &body).unwrap(),
+        placed
+    );
+    body.clear();
+    Reply::Placed(None).encode_body(&mut body);
+    assert_eq!(body, [0; body::PLACED_BODY_BYTES]);
+    // Not found with a version or a length, and found over 2, are refused.
+    body[1] = 1;
+    assert!(Reply::decode_body(MessageType::BulkRead, &body).is_err());
+    body[1] = 0;
+    body[0] = 2;
+    assert!(Reply::decode_body(MessageType::BulkRead, &body).is_err());
+    // A BulkWrite is answered by a version, in a batch too.
+    let mut wire = Vec::new();
+    encode_reply(
+        MessageType::Batch,
+        3,
+        &Reply::Batch(vec![Reply::Version(4), placed.clone()]),
+        &mut wire,
+    );
+    let (h, b) = first_frame(&wire);
+    assert_eq!(
+        decode_reply(&h, b).unwrap(),
+        Reply::Batch(vec![Reply::Version(4), placed])
+    );
 }
