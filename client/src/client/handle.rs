@@ -45,7 +45,9 @@ pub struct ClientOptions {
     pub retry: RetryPolicy,
     /// Slots (1 MiB each) of the bulk region offered to an engine on the
     /// Unix socket, through which file data travels instead of inside the
-    /// frames ([`crate::client::bulk`]); 0 = none.
+    /// frames ([`crate::client::bulk`]); 0 = none. Default: the
+    /// `FERRITE_BULK_SLOTS` environment variable if set (0 turns the bulk
+    /// path off, for A/B runs), else `BULK_SLOTS_DEFAULT`.
     pub bulk_slots: usize,
 }
 
@@ -58,7 +60,10 @@ impl Default for ClientOptions {
             bucket_cache: 1 << 16,
             request_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
-            bulk_slots: crate::client::bulk::BULK_SLOTS_DEFAULT,
+            bulk_slots: std::env::var("FERRITE_BULK_SLOTS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(crate::client::bulk::BULK_SLOTS_DEFAULT),
         }
     }
 }
