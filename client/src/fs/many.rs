@@ -9,9 +9,9 @@
 use super::entry::{Entry, EntryKind};
 use super::error::{client_err, unexpected_reply, FsError, FsResult};
 use super::file::{chunk_dkey, CHUNK_AKEY};
-use super::{check_name, new_object_id, FileHandle, FsFuture, Namespace};
+use super::{check_name, new_object_id, FileHandle, FsFuture, Namespace, REMOVE_SCOPE};
 use crate::client::bulk::BulkLease;
-use crate::client::{Error as ClientError, Key, PunchScope, Reply, Request};
+use crate::client::{Error as ClientError, Key, Reply, Request};
 
 /// One file of [`Namespace::create_files`]: directory object, name, and the
 /// data written at offset 0 before the close (empty: none).
@@ -158,7 +158,7 @@ impl Namespace {
                 Ok(e) if e.kind == EntryKind::Dir => results[i] = Err(FsError::IsDir(name.into())),
                 Ok(e) => {
                     punches.push(Request::Punch {
-                        scope: PunchScope::Dkey,
+                        scope: REMOVE_SCOPE,
                         key: keys[i].clone(),
                     });
                     removed.push((i, e));
@@ -202,7 +202,7 @@ impl Namespace {
                 continue;
             }
             punches.extend((0..chunks).map(|i| Request::Punch {
-                scope: PunchScope::Dkey,
+                scope: REMOVE_SCOPE,
                 key: Key::new(self.container, e.object, &chunk_dkey(i), CHUNK_AKEY),
             }));
         }

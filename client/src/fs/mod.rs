@@ -13,6 +13,12 @@
 //! `EEXIST`); a file's size lives in its entry and grows by compare-version
 //! updates when a writer closes, so data written and closed by one client is
 //! read back whole by another.
+//!
+//! Every dkey of the namespace holds exactly one akey (an entry's, a chunk's),
+//! so a name or a chunk is removed by punching that akey: the same effect as
+//! punching the dkey, without what a pending dkey punch costs the target (its
+//! other conditional updates wait for the punch's commit, and its cleaner and
+//! keeper skip every key meanwhile).
 
 pub mod entry;
 pub mod error;
@@ -37,6 +43,8 @@ pub const DEFAULT_CONTAINER: u64 = 0x4653_0001;
 pub const DEFAULT_CHUNK_BYTES: u32 = 1 << 20;
 /// Longest entry name.
 pub const NAME_MAX_BYTES: usize = 255;
+/// How names and chunks are removed (see the module guide).
+pub(crate) const REMOVE_SCOPE: PunchScope = PunchScope::Akey;
 /// Entries per readdir page asked of the engine.
 pub const READDIR_PAGE: u32 = 1024;
 
@@ -243,7 +251,7 @@ impl Namespace {
     fn remove_entry(&self, dir: u128, name: &str) -> FsResult<()> {
         let key = self.entry_key(dir, name);
         self.client
-            .punch(PunchScope::Dkey, &key)
+            .punch(REMOVE_SCOPE, &key)
             .map_err(client_err(format!("remove {name}")))?;
         Ok(())
     }
