@@ -18,7 +18,9 @@ use ferrite_client::client::{Client, ClientEventQueue, Key, Reply};
 use ferrite_client::fabric::verbs::{ReadCounts, VerbsEndpoint};
 use ferrite_client::fabric::Endpoint;
 use ferrite_engine::fabric::verbs::DeviceSelector;
+use ferrite_proto::bucket::{Bucket, BUCKET_BYTES};
 use ferrite_proto::key::RecordKey;
+use ferrite_proto::record::record_crc;
 use kv_support::linearizable::{value, Workload};
 use kv_support::EngineProc;
 
@@ -369,19 +371,21 @@ fn assert_engine_gone(err: &ferrite_client::client::Error) {
 /// `get_async` of every key of `names` (`key(i)` for i from the first),
 /// all issued before any is awaited; checks the values (keys from 40 on
 /// are absent), that every GET was one-sided and none went by RPC; returns
-/// the RDMA READs spent and the client's counts of the round.
+/// the RDMA READs and doorbells spent and the client's counts of the round.
 fn async_gets(
     c: &Client,
     counts: &ReadCounts,
     names: &[Key],
     round: u32,
-) -> (u64, ferrite_client::client::CounterSnapshot) {
+) -> (u64, u64, ferrite_client::client::CounterSnapshot) {
     let before = c.counters();
-    let (reads, _) = cost(counts, || {
+    let (reads, doorbells) = cost(counts, || {
         let futures: Vec<_> = names.iter().map(|k| c.get_async(k)).collect();
         let got = futures::executor::block_on(futures::future::join_all(futures));
         for (name, g) in names.iter().zip(got) {
-            let k = (0..48).find(|&i| key(i) == *name).expect("a test key");
+            let k = (0..ABSENT_END)
+                .find(|&i| key(i) == *name)
+                .expect("a test key");
             let want = (k < 40).then(|| value(k, 0));
             assert_eq!(g.unwrap().map(|f| f.value), want, "key {k}, round {round}");
         }
@@ -393,14 +397,19 @@ fn async_gets(
         (0, 0),
         "round {round}: {n:?}"
     );
-    (reads, n)
+    (reads, doorbells, n)
 }
+
+/// Keys from 40 up to this one are never written.
+const ABSENT_END: u64 = 96;
 
 /// Many asynchronous GETs from one thread, all issued before any is
 /// awaited, share the thread's queue pair (one per target; their reads
 /// matched to completions by wr_id): each is one-sided (two RDMA READs
-/// cold, one with its bucket cached), none goes by RPC, values right; and
-/// the event-queue GET runs on them, driven by the queue's poller.
+/// cold, one with its bucket cached), none goes by RPC, values right; the
+/// reads they post before the thread polls share doorbells (one list of
+/// at most 16 work requests each); and the event-queue GET runs on them,
+/// driven by the queue's poller.
 #[test]
 #[ignore = "needs an RDMA device: run by hack/softroce.d/ferrite-verbs.sh"]
 fn verbs_async_gets_share_the_thread_queue_pair() {
@@ -408,6 +417,7 @@ fn verbs_async_gets_share_the_thread_queue_pair() {
     let engine = start_engine(dir.path());
     let writer = Client::connect(&engine.tcp).unwrap();
     let names: Vec<Key> = (0..48).map(key).collect();
+    let absent: Vec<Key> = (40..ABSENT_END).map(key).collect();
     for (k, name) in names.iter().enumerate().take(40) {
         writer.put(name, &value(k as u64, 0)).unwrap();
     }
@@ -417,16 +427,25 @@ fn verbs_async_gets_share_the_thread_queue_pair() {
         // Present keys: bucket and record READs, one READ fewer per bucket
         // found cached (round 1: all but those whose cache entry another
         // key took).
-        let (spent, n) = async_gets(&c, &counts, &names[..40], round);
+        let (spent, rung, n) = async_gets(&c, &counts, &names[..40], round);
         assert_eq!(spent, 80 - n.cache_hits, "RDMA READs, round {round}: {n:?}");
+        // The bucket READs (or, cached, the record READs) the 40 GETs post
+        // in their calls ring 3 doorbells (16 + 16 + 8); those they post
+        // after a completion share one when completions come together.
+        assert!(
+            rung <= 3 + 40,
+            "doorbells, round {round}: {rung} for {spent} READs"
+        );
+        println!("FERRITE_VERBS_ASYNC_40_GETS_ROUND_{round}=READs {spent} doorbells {rung}");
         assert!(
             round == 0 || n.cache_hits > 0,
             "round 1 used the cache: {n:?}"
         );
         // Absent keys: one fresh bucket READ each (posted with the GET when
         // the cached bucket lacks the key).
-        let (spent, n) = async_gets(&c, &counts, &names[40..], round);
-        assert_eq!(spent, 8, "RDMA READs of absent keys, round {round}: {n:?}");
+        let (spent, rung, n) = async_gets(&c, &counts, &absent, round);
+        assert_eq!(spent, 56, "RDMA READs of absent keys, round {round}: {n:?}");
+        assert_eq!(rung, 4, "56 READs posted before any poll: 16 + 16 + 16 + 8");
         if round == 0 {
             // Connected now to every target the keys live on.
             queue_pairs = counts.queue_pairs();
@@ -525,10 +544,29 @@ fn verbs_batched_reads_match_single_reads() {
     };
     let cached = p50_us(|| get(&warm));
     let uncached = p50_us(|| get(&cold));
+    // The CPU a GET spends on checksums, on this (emulated) CPU: a
+    // bucket's CRC, and a 152-byte record's (the bench's).
+    let (bucket, record) = (Bucket([7; BUCKET_BYTES]), [7u8; 152]);
+    let crc_bucket = mean_us(|| {
+        std::hint::black_box(std::hint::black_box(&bucket).compute_crc());
+    });
+    let crc_record = mean_us(|| {
+        std::hint::black_box(record_crc(std::hint::black_box(&record), 80));
+    });
     println!(
         "FERRITE_VERBS_PARTS_P50_US=read64 {bare64:.2} read192 {bare192:.2} \
-         get-cached {cached:.2} get-cold {uncached:.2}"
+         get-cached {cached:.2} get-cold {uncached:.2} (mean crc-bucket {crc_bucket:.2} \
+         crc-record {crc_record:.2})"
     );
+}
+
+/// Mean time of 10000 runs of `f`, in microseconds.
+fn mean_us(mut f: impl FnMut()) -> f64 {
+    let t0 = Instant::now();
+    for _ in 0..10_000 {
+        f();
+    }
+    t0.elapsed().as_secs_f64() * 1e6 / 10_000.0
 }
 
 /// p50 of 2000 runs of `f`, in microseconds.

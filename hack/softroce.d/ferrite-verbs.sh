@@ -6,10 +6,10 @@
 #    engine on rxe1 (SOFTROCE_ADDR1, verbs side channel on port 7601), clients on rxe0:
 #    concurrent writers + verbs one-sided readers checked for latest values, RDMA READs and
 #    doorbells per GET (1 cached, 2 cold, 2 doorbells per batch), many get_async GETs from
-#    one thread on its queue pair (one-sided, no RPC) and event-queue GETs, a disconnect
-#    error naming the engine and the cause after the engine is killed (its side channel
-#    closes) and when the path to a live engine is lost (a bogus neighbour entry: the
-#    queue pair's retries run out);
+#    one thread on its queue pair (one-sided, no RPC; their reads share doorbells) and
+#    event-queue GETs, a disconnect error naming the engine and the cause after the engine
+#    is killed (its side channel closes) and when the path to a live engine is lost (a
+#    bogus neighbour entry: the queue pair's retries run out);
 # 3. `ferrite bench kv --fabric verbs` against a ferrite-engine on rxe1 (RPC over loopback
 #    TCP): batches of 8 (one doorbell for the buckets, one for the records) and 8 get_async
 #    futures at a time (--async-gets) for ops/s; then
@@ -74,6 +74,8 @@ if [ -n "$g8" ] && [ -n "$b8" ]; then
 fi
 parts=$(sed -n 's/.*FERRITE_VERBS_PARTS_P50_US=//p' /tmp/ferrite-verbs.out | head -n 1)
 [ -z "$parts" ] || echo "ferrite-verbs: p50 us, back to back in the test: $parts (ib_read_lat typical ${SOFTROCE_READ_LAT_TYPICAL_US:-?} us)"
+a40=$(sed -n 's/.*FERRITE_VERBS_ASYNC_40_GETS_ROUND_0=//p' /tmp/ferrite-verbs.out | head -n 1)
+[ -z "$a40" ] || echo "ferrite-verbs: 40 get_async GETs issued together on one thread, cold buckets: $a40 (reads staged before a poll share a doorbell)"
 echo "ferrite-verbs: tests exit status $rc"
 
 # --- ferrite bench kv --fabric verbs -------------------------------------------------

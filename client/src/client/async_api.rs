@@ -5,9 +5,10 @@
 //!
 //! One-sided GETs over shm complete inside the call (they are a few
 //! loads). Over an endpoint with asynchronous reads (verbs, tcp) the GET's
-//! first read is posted in the call and the future does the rest of the
+//! first read is started in the call and the future does the rest of the
 //! lookup, polling for its reads' completions (verbs: RDMA READs on the
-//! calling thread's queue pair, never blocking the executor); only
+//! calling thread's queue pair, staged in the call and rung together, one
+//! doorbell, at the first poll; never blocking the executor); only
 //! fallbacks go to the engine by RPC.
 
 use std::future::Future;

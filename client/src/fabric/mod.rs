@@ -54,6 +54,24 @@ pub trait Endpoint: Send + Sync {
         buf: &mut [u8],
     ) -> Result<()>;
 
+    /// Reads as [`Endpoint::read`] does and runs `meanwhile` while the
+    /// bytes travel: an endpoint whose reads are round trips posts the
+    /// read, runs `meanwhile`, then waits (verbs: a GET checks the bucket
+    /// it just read while the record read it led to is in flight); the
+    /// default runs `meanwhile` first. Either way `meanwhile` has run when
+    /// this returns `Ok`.
+    fn read_meanwhile(
+        &self,
+        region: &RegionDescriptor,
+        offset: u64,
+        buf: &mut [u8],
+        meanwhile: &mut dyn FnMut(),
+    ) -> Result<()> {
+        meanwhile();
+        let len = buf.len();
+        self.read(region, offset, len, buf)
+    }
+
     /// Hints that `len` bytes at `offset` will be read soon (a CPU prefetch
     /// on shm; nothing where a read is a network round trip). Never fails.
     fn prefetch(&self, _region: &RegionDescriptor, _offset: u64, _len: usize) {}
@@ -89,13 +107,15 @@ pub trait Endpoint: Send + Sync {
 /// An asynchronous read's bytes, as a future.
 pub type ReadFuture = Pin<Box<dyn Future<Output = Result<Vec<u8>>> + Send>>;
 
-/// Reads that are posted when asked for and completed by polling their
+/// Reads that are started when asked for and completed by polling their
 /// future, so that one thread keeps many in flight. A future that is
 /// dropped before it completes abandons its read.
 pub trait AsyncReads: Send + Sync {
-    /// Starts reading `len` bytes at `offset` of `region` now (or at the
-    /// future's first poll when the endpoint has no room now); the future
-    /// gives the bytes. Same contract and bounds as [`Endpoint::read`].
+    /// Starts reading `len` bytes at `offset` of `region`: now, or staged
+    /// to go out with the thread's other reads at the next poll of any of
+    /// them (verbs: one doorbell), or at the future's first poll when the
+    /// endpoint has no room now; the future gives the bytes. Same contract
+    /// and bounds as [`Endpoint::read`].
     fn read_async(&self, region: &RegionDescriptor, offset: u64, len: usize) -> ReadFuture;
 }
 

@@ -5,8 +5,9 @@
 //! its queue pair, each completion found by whichever GET polls).
 //!
 //! The first read (the record's when the main bucket is cached, else the
-//! bucket's) is posted when the lookup is made, not when it is first
-//! polled: GETs issued one after another travel together.
+//! bucket's) is started when the lookup is made, not when it is first
+//! polled: GETs issued one after another travel together (verbs: their
+//! reads are staged and the first poll rings one doorbell for all).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -287,26 +287,29 @@ impl OneSidedReader {
         ))
     }
 
-    /// Reads a bucket of a target, from the cache when allowed.
+    /// Reads a bucket of a target, from the cache when allowed (then
+    /// `true`; checked). A bucket read fresh is returned unchecked: the
+    /// caller checks it with [`checked_bucket`] before trusting anything
+    /// it says.
     fn bucket(
         &self,
         regions: &TargetRegions,
         index: u64,
         use_cache: bool,
         counters: &Counters,
-    ) -> Result<Option<(Bucket, bool)>> {
+    ) -> Result<(Bucket, bool)> {
         let target = regions.buckets.target;
         if use_cache {
             if let Some(b) = self.cache.get(target, index) {
                 counters.add(Counter::CacheHit, 1);
-                return Ok(Some((b, true)));
+                return Ok((b, true));
             }
         }
         let offset = index * BUCKET_BYTES as u64;
         let mut b = Bucket([0; BUCKET_BYTES]);
         self.endpoint
             .read(&regions.buckets, offset, BUCKET_BYTES, &mut b.0)?;
-        Ok(checked_bucket(&self.cache, target, index, b).map(|b| (b, false)))
+        Ok((b, false))
     }
 
     /// One walk of the bucket chain. A record that fails its check twice
@@ -331,16 +334,32 @@ impl OneSidedReader {
         let mut index = main_index;
         let mut any_cached = false;
         for _ in 0..CHAIN_MAX {
-            let Some((bucket, cached)) = self.bucket(regions, index, use_cache, counters)? else {
-                return Ok(Pass::Retry(None));
-            };
+            let (bucket, cached) = self.bucket(regions, index, use_cache, counters)?;
             any_cached |= cached;
+            // A bucket just read is checked (and cached) while the first
+            // record read it leads to is in flight, off the critical path of
+            // the two dependent reads; nothing it says is trusted before.
+            let target = regions.buckets.target;
+            let mut valid = cached.then_some(true);
+            let mut check = || {
+                *valid.get_or_insert_with(|| {
+                    checked_bucket(&self.cache, target, index, bucket).is_some()
+                })
+            };
             for slot in bucket.matching(fingerprint) {
-                let check = self.check_slot(key, regions, slot, range, out)?;
-                let invalidate = || self.cache.invalidate(regions.buckets.target, index);
-                if let Some(pass) = slot_step(check, slot.addr, cached, failed_fresh, invalidate) {
+                let found = self.check_slot(key, regions, slot, range, out, &mut || {
+                    check();
+                })?;
+                if !check() {
+                    return Ok(Pass::Retry(None));
+                }
+                let invalidate = || self.cache.invalidate(target, index);
+                if let Some(pass) = slot_step(found, slot.addr, cached, failed_fresh, invalidate) {
                     return Ok(pass);
                 }
+            }
+            if !check() {
+                return Ok(Pass::Retry(None));
             }
             match next_link(&bucket, bucket_count, any_cached, &self.policy) {
                 Ok(next) => index = next,
@@ -350,7 +369,10 @@ impl OneSidedReader {
         Ok(not_found(any_cached, &self.policy))
     }
 
-    /// Reads and checks the record a slot points to.
+    /// Reads and checks the record a slot points to, running `meanwhile`
+    /// while the read is in flight (or before it, see
+    /// [`Endpoint::read_meanwhile`]; not at all when the slot cannot point
+    /// into the ring).
     fn check_slot(
         &self,
         key: &RecordKey<'_>,
@@ -358,12 +380,13 @@ impl OneSidedReader {
         slot: ferrite_proto::bucket::Slot,
         range: Option<(u64, u32)>,
         out: &mut Vec<u8>,
+        meanwhile: &mut dyn FnMut(),
     ) -> Result<SlotCheck> {
         let Some((offset, len)) = record_span(regions, slot) else {
             return Ok(SlotCheck::Stale);
         };
         out.resize(len, 0);
-        self.endpoint.read(&regions.log, offset, len, out)?;
+        (self.endpoint).read_meanwhile(&regions.log, offset, out, meanwhile)?;
         Ok(check_record(key, slot, range, out))
     }
 }

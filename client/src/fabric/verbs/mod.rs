@@ -20,10 +20,14 @@
 //! GETs) as one linked work-request list per queue pair: one doorbell, one
 //! poll loop.
 //!
-//! `Endpoint::async_reads` gives reads posted at once whose futures poll
-//! the completion queue when polled, never blocking (`posted.rs`); any
-//! number of them share the thread's queue pair with its blocking reads,
-//! each read matched to its completion by `wr_id` (`conn.rs`).
+//! `Endpoint::async_reads` gives reads whose futures poll the completion
+//! queue when polled, never blocking (`posted.rs`); any number of them
+//! share the thread's queue pair with its blocking reads, each read matched
+//! to its completion by `wr_id` (`conn.rs`, `book.rs`). They are staged
+//! when asked for and rung together, one doorbell, by the first poll of
+//! any read of the queue pair (or once 16 are staged): the GETs a thread
+//! issues before it waits, and the record reads one batch of bucket
+//! completions makes ready, go out as one work-request list.
 //!
 //! A read fails as soon as the engine is seen gone: its side-channel
 //! socket closed (looked at while a read waits), or the queue pair's
@@ -39,10 +43,11 @@
 //! assert!(!targets.is_empty());
 //! ```
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::ThreadId;
 
 use ferrite_engine::fabric::verbs::{
@@ -55,6 +60,7 @@ use crate::client::onesided::{TargetRegions, RECORD_MAX_BYTES};
 pub use crate::fabric::BatchRead;
 use crate::fabric::{check_bounds, AsyncReads, Endpoint};
 
+mod book;
 mod conn;
 mod posted;
 mod reader;
@@ -68,6 +74,21 @@ pub const BUFFER_BYTES: usize = RECORD_MAX_BYTES.next_power_of_two();
 pub const MAX_QUEUE_PAIRS: usize = 4096;
 
 type ConnRef = Arc<Mutex<Conn>>;
+
+/// (endpoint number, target, queue pair) of [`LAST_CONN`].
+type LastConn = (u64, u16, Weak<Mutex<Conn>>);
+
+/// Endpoints made so far in this process (an endpoint's number).
+static ENDPOINTS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The queue pair this thread used last: (endpoint number, target,
+    /// queue pair). A GET's reads, and the GETs after it, find it here
+    /// without the thread id, the map's lock and its hash, which cost an
+    /// emulated CPU a few microseconds a read. Weak: the endpoint owns its
+    /// queue pairs.
+    static LAST_CONN: RefCell<Option<LastConn>> = const { RefCell::new(None) };
+}
 
 /// RDMA READs and doorbells (work-request lists posted) of one endpoint,
 /// over all its queue pairs: what one-sided GETs cost in round trips (a
@@ -108,6 +129,8 @@ pub struct VerbsEndpoint {
 
 /// What the endpoint and its asynchronous reads share.
 struct Shared {
+    /// This endpoint's number (see [`ENDPOINTS`]).
+    id: u64,
     device: Arc<Device>,
     side_addr: String,
     regions: Vec<RegionDescriptor>,
@@ -156,6 +179,7 @@ fn open_conn(
     device: &Arc<Device>,
     side_addr: &str,
     url: &str,
+    counts: &Arc<ReadCounts>,
 ) -> Result<(Conn, Vec<RegionDescriptor>)> {
     let mut qp = RcQp::create(device.clone(), QP_DEPTH as u32).map_err(|e| fabric_err(url, e))?;
     let mut side = TcpStream::connect(side_addr).map_err(|source| Error::Connect {
@@ -178,7 +202,7 @@ fn open_conn(
         )
     }
     .map_err(|e| fabric_err(url, e))?;
-    Ok((Conn::new(qp, mr, buf, side), regions))
+    Ok((Conn::new(qp, mr, buf, side, counts.clone()), regions))
 }
 
 impl VerbsEndpoint {
@@ -189,23 +213,24 @@ impl VerbsEndpoint {
     pub fn connect(side_addr: &str, selector: &DeviceSelector) -> Result<Self> {
         let url = format!("verbs://{side_addr}");
         let device = Arc::new(Device::open(selector).map_err(|e| fabric_err(&url, e))?);
-        let (conn, regions) = open_conn(&device, side_addr, &url)?;
+        let counts = Arc::new(ReadCounts {
+            queue_pairs: AtomicU64::new(1),
+            ..ReadCounts::default()
+        });
+        let (conn, regions) = open_conn(&device, side_addr, &url, &counts)?;
         let first_target = regions.iter().map(|d| d.target).min().unwrap_or(0);
         let mut conns = HashMap::new();
         conns.insert(
             (std::thread::current().id(), first_target),
             Arc::new(Mutex::new(conn)),
         );
-        let counts = ReadCounts {
-            queue_pairs: AtomicU64::new(1),
-            ..ReadCounts::default()
-        };
         let shared = Shared {
+            id: ENDPOINTS.fetch_add(1, Ordering::Relaxed),
             device,
             side_addr: side_addr.to_string(),
             regions,
             conns: Mutex::new(conns),
-            counts: Arc::new(counts),
+            counts,
             url: url.into(),
         };
         Ok(Self {
@@ -249,6 +274,20 @@ impl Shared {
 
     /// This thread's queue pair to `target`, connected on first use.
     fn conn(&self, target: u16) -> Result<ConnRef> {
+        let last = LAST_CONN.with_borrow(|l| match l {
+            Some((id, t, c)) if (*id, *t) == (self.id, target) => c.upgrade(),
+            _ => None,
+        });
+        if let Some(c) = last {
+            return Ok(c);
+        }
+        let c = self.conn_slow(target)?;
+        LAST_CONN.set(Some((self.id, target, Arc::downgrade(&c))));
+        Ok(c)
+    }
+
+    /// This thread's queue pair to `target` from the map, or connected.
+    fn conn_slow(&self, target: u16) -> Result<ConnRef> {
         let key = (std::thread::current().id(), target);
         if let Some(c) = self.conns_map().get(&key) {
             return Ok(c.clone());
@@ -260,7 +299,7 @@ impl Shared {
             ));
         }
         // Connected without holding the map: other threads go on reading.
-        let (conn, regions) = open_conn(&self.device, &self.side_addr, &self.url)?;
+        let (conn, regions) = open_conn(&self.device, &self.side_addr, &self.url, &self.counts)?;
         if regions != self.regions {
             return Err(fabric_err(
                 &self.url,
@@ -334,9 +373,6 @@ impl Shared {
             // chunk in the wait below instead.
             let first = (g.post(&remotes, false))
                 .map_err(|cause| read_failed(&self.url, region_id, cause))?;
-            if first.is_some() {
-                self.counts.posted(remotes.len());
-            }
             posted.push((chunk, first));
         }
         for (g, (chunk, first)) in guards.iter_mut().zip(posted) {
@@ -352,10 +388,9 @@ impl Shared {
             let mut dsts = pick_bufs(reads, chunk);
             match first {
                 Some(first) => g.wait_posted(first, &mut dsts).map_err(failed)?,
-                None => {
-                    g.read_wait(&remotes, &mut dsts).map_err(failed)?;
-                    self.counts.posted(remotes.len());
-                }
+                None => g
+                    .read_wait(&remotes, &mut dsts, &mut || {})
+                    .map_err(failed)?,
             }
         }
         Ok(())
@@ -363,8 +398,15 @@ impl Shared {
 
     /// One read of at most [`BUFFER_BYTES`] (checked by the caller): one
     /// work request on this thread's queue pair, posted and polled without
-    /// the lists a batch builds (a GET's dependent reads come this way).
-    fn read_one(&self, region: &RegionDescriptor, offset: u64, buf: &mut [u8]) -> Result<()> {
+    /// the lists a batch builds (a GET's dependent reads come this way);
+    /// `meanwhile` runs between posting and polling.
+    fn read_one(
+        &self,
+        region: &RegionDescriptor,
+        offset: u64,
+        buf: &mut [u8],
+        meanwhile: &mut dyn FnMut(),
+    ) -> Result<()> {
         let conn = self.conn(region.target)?;
         let r = Remote {
             addr: region.remote_addr + offset,
@@ -372,8 +414,7 @@ impl Shared {
             len: buf.len(),
         };
         let mut g = lock(&conn);
-        self.counts.posted(1);
-        g.read_wait(&[r], &mut [buf])
+        g.read_wait(&[r], &mut [buf], meanwhile)
             .map_err(|cause| read_failed(&self.url, region.region_id, cause))
     }
 }
@@ -410,10 +451,26 @@ impl Endpoint for VerbsEndpoint {
     ) -> Result<()> {
         check_bounds(region, offset, len, buf.len())?;
         for (i, chunk) in buf[..len].chunks_mut(BUFFER_BYTES).enumerate() {
-            self.shared
-                .read_one(region, offset + (i * BUFFER_BYTES) as u64, chunk)?;
+            let at = offset + (i * BUFFER_BYTES) as u64;
+            self.shared.read_one(region, at, chunk, &mut || {})?;
         }
         Ok(())
+    }
+
+    fn read_meanwhile(
+        &self,
+        region: &RegionDescriptor,
+        offset: u64,
+        buf: &mut [u8],
+        meanwhile: &mut dyn FnMut(),
+    ) -> Result<()> {
+        check_bounds(region, offset, buf.len(), buf.len())?;
+        if buf.len() > BUFFER_BYTES {
+            meanwhile();
+            let len = buf.len();
+            return self.read(region, offset, len, buf);
+        }
+        self.shared.read_one(region, offset, buf, meanwhile)
     }
 
     fn read_many(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {

@@ -1,5 +1,14 @@
-//! Asynchronous RDMA READs: posted on the calling thread's queue pair when
-//! asked for, completed by the future that polls the completion queue.
+//! Asynchronous RDMA READs: staged on the calling thread's queue pair when
+//! asked for, posted by the first poll of any read of that queue pair
+//! (one doorbell for every read staged by then), completed by the future
+//! that polls the completion queue.
+//!
+//! So the GETs a thread issues before it awaits any ring one doorbell for
+//! their first reads. And when one poll of the completion queue files
+//! several reads' completions, the first of their futures to stage its
+//! next read (a record after its bucket) holds the doorbell back once,
+//! while completions its neighbours have not taken yet remain: polled
+//! next, they stage their reads too and the last one rings for all.
 //!
 //! A poll never blocks: it files what completions the queue holds (its own
 //! and other reads' of the queue pair, by `wr_id`), and when its read has
@@ -15,8 +24,8 @@ use std::task::{Context, Poll};
 
 use ferrite_proto::region::RegionDescriptor;
 
-use super::conn::{Patience, Remote};
-use super::{lock, read_failed, ConnRef, ReadCounts, Shared, BUFFER_BYTES};
+use super::conn::{Conn, Patience, Remote};
+use super::{lock, read_failed, ConnRef, Shared, BUFFER_BYTES};
 use crate::client::error::{Error, Result};
 use crate::fabric::{check_bounds, AsyncReads, ReadFuture};
 
@@ -25,25 +34,25 @@ struct PostedRead {
     conn: ConnRef,
     remote: Remote,
     region_id: u32,
-    /// Set once posted (the queue pair may have had no room at first).
+    /// Set once staged (the queue pair may have had no room at first).
     wr_id: Option<u64>,
     finished: bool,
+    /// Whether a poll has already held the doorbell back for neighbours.
+    held_back: bool,
     patience: Patience,
-    counts: Arc<ReadCounts>,
     url: Arc<str>,
 }
 
 impl PostedRead {
-    /// Posts the read if it is not yet and there is room; the error when
+    /// Stages the read if it is not yet and there is room; the error when
     /// the queue pair is broken.
-    fn try_post(&mut self) -> Result<()> {
+    fn try_stage(&mut self) -> Result<()> {
         if self.wr_id.is_some() {
             return Ok(());
         }
-        let posted = lock(&self.conn).post(std::slice::from_ref(&self.remote), true);
-        match posted {
+        let staged = lock(&self.conn).stage(std::slice::from_ref(&self.remote), true);
+        match staged {
             Ok(Some(id)) => {
-                self.counts.posted(1);
                 self.wr_id = Some(id);
                 Ok(())
             }
@@ -56,6 +65,13 @@ impl PostedRead {
         self.finished = true;
         read_failed(&self.url, self.region_id, cause)
     }
+
+    /// The read's bytes (or its error) once landed.
+    fn take(&mut self, conn: &mut Conn) -> Option<Result<Vec<u8>>> {
+        let r = conn.take_owned(self.wr_id?)?;
+        self.finished = true;
+        Some(r.map_err(|cause| read_failed(&self.url, self.region_id, cause)))
+    }
 }
 
 impl Future for PostedRead {
@@ -63,19 +79,27 @@ impl Future for PostedRead {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if let Err(e) = this.try_post() {
+        if let Err(e) = this.try_stage() {
             return Poll::Ready(Err(e));
         }
         let conn = this.conn.clone();
         let mut g = lock(&conn);
+        if let Some(r) = this.take(&mut g) {
+            return Poll::Ready(r);
+        }
+        if g.ring_now(this.held_back) {
+            // A failure fails every staged read, this one among them: its
+            // error is taken below.
+            let _ = g.flush();
+        } else if g.has_staged() {
+            this.held_back = true;
+            drop(g);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         let found = g.progress();
-        if let Some(id) = this.wr_id {
-            if let Some(r) = g.take_owned(id) {
-                this.finished = true;
-                return Poll::Ready(
-                    r.map_err(|cause| read_failed(&this.url, this.region_id, cause)),
-                );
-            }
+        if let Some(r) = this.take(&mut g) {
+            return Poll::Ready(r);
         }
         if found == 0 {
             if let Err(cause) = this.patience.idle(&mut g) {
@@ -116,11 +140,11 @@ impl AsyncReads for Shared {
                 region_id: region.region_id,
                 wr_id: None,
                 finished: false,
+                held_back: false,
                 patience: Patience::default(),
-                counts: self.counts.clone(),
                 url: self.url.clone(),
             };
-            read.try_post()?;
+            read.try_stage()?;
             Ok(read)
         };
         match start() {

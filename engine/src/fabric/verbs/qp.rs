@@ -308,25 +308,22 @@ impl RcQp {
                 reads.len()
             )));
         }
-        // On the stack: this runs once per RDMA READ a GET makes.
-        let mut sges = [ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_BATCH];
+        // On the stack, and only the entries posted written: this runs
+        // once per RDMA READ a GET makes.
+        let mut sges = [const { MaybeUninit::<ibv_sge>::uninit() }; MAX_BATCH];
         // Only the entries posted are written (a GET posts one): clearing
         // all MAX_BATCH of them cost more than the read's own setup.
         let mut wrs = [const { MaybeUninit::<ibv_send_wr>::uninit() }; MAX_BATCH];
         for (i, r) in reads.iter().enumerate() {
-            sges[i] = ibv_sge {
+            let sge = sges[i].write(ibv_sge {
                 addr: r.local_addr,
                 length: r.len,
                 lkey: r.lkey,
-            };
+            });
             // SAFETY: all-zero is a valid ibv_send_wr (null next and sg_list).
             let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
             w.wr_id = r.wr_id;
-            w.sg_list = &mut sges[i];
+            w.sg_list = sge;
             w.num_sge = 1;
             w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
             w.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
