@@ -92,9 +92,8 @@ fn key(dkey: &[u8]) -> RecordKey<'_> {
     RecordKey::new(CONTAINER, OBJECT, dkey, b"a")
 }
 
-/// The shm endpoint seen as one whose reads are network round trips that
-/// batch (like verbs), so that `get_many_into` takes its batched path here;
-/// counts the lists it is given.
+/// The shm endpoint, counting the read lists it is given (`get_many_into`
+/// reads buckets as one list, then records as another).
 struct Batching {
     shm: ShmEndpoint,
     lists: Arc<AtomicU64>,
@@ -110,9 +109,6 @@ impl Endpoint for Batching {
         self.longest
             .fetch_max(reads.len() as u64, Ordering::Relaxed);
         self.shm.read_many(reads)
-    }
-    fn batches_reads(&self) -> bool {
-        true
     }
     fn provider(&self) -> &'static str {
         "shm-batching"

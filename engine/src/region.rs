@@ -111,7 +111,15 @@ impl Region {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            if hugetlb && e.raw_os_error() == Some(libc::ENOMEM) {
+                return Err(io::Error::other(format!(
+                    "{len} bytes of 2 MiB huge pages are not reserved ({} pages needed; \
+                     raise vm.nr_hugepages): {e}",
+                    len / HUGE_PAGE_BYTES
+                )));
+            }
+            return Err(e);
         }
         let ptr =
             NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
@@ -215,5 +223,34 @@ mod tests {
     #[test]
     fn zero_length_is_refused() {
         assert!(Region::new(1, "t", 0).is_err());
+    }
+
+    /// Free 2 MiB huge pages of the machine (0 when unknown).
+    fn free_huge_pages() -> usize {
+        let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        (info.lines())
+            .find_map(|l| l.strip_prefix("HugePages_Free:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn huge_pages_map_when_reserved_and_say_so_when_not() {
+        let free = free_huge_pages();
+        let err = Region::new_hugetlb(1, "t", (free + 1) * HUGE_PAGE_BYTES).unwrap_err();
+        assert!(err.to_string().contains("vm.nr_hugepages"), "{err}");
+        if free == 0 {
+            return; // nothing reserved on this machine: only the error path runs
+        }
+        let r = Region::new_hugetlb(1, "t", 5000).unwrap();
+        assert!(r.is_hugetlb());
+        assert_eq!(r.len(), HUGE_PAGE_BYTES);
+        let ro = map_readonly(r.fd(), r.len()).unwrap();
+        // SAFETY: both mappings are r.len() bytes.
+        unsafe {
+            r.as_ptr().add(HUGE_PAGE_BYTES - 1).write(0x5a);
+            assert_eq!(ro.as_ptr().add(HUGE_PAGE_BYTES - 1).read_volatile(), 0x5a);
+            unmap_readonly(ro, r.len());
+        }
     }
 }

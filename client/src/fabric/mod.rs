@@ -79,7 +79,7 @@ pub trait Endpoint: Send + Sync {
     /// Reads every entry of `reads`, which are independent of each other.
     /// The default reads them one after another; an endpoint whose reads
     /// are network round trips may post them together (verbs: one doorbell
-    /// per queue pair) and then says so in [`Endpoint::batches_reads`].
+    /// per queue pair).
     fn read_many(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
         for r in reads.iter_mut() {
             let len = r.buf.len();
@@ -88,9 +88,12 @@ pub trait Endpoint: Send + Sync {
         Ok(())
     }
 
-    /// Whether [`Endpoint::read_many`] overlaps its reads (one round trip
-    /// for the list) rather than running them one by one.
-    fn batches_reads(&self) -> bool {
+    /// Whether reads are CPU loads that [`Endpoint::prefetch`] overlaps
+    /// (shm). A batch of GETs then prefetches every bucket and record and
+    /// reads key by key; otherwise it reads the buckets, then the records,
+    /// as lists ([`Endpoint::read_many`]): one round trip each, not one per
+    /// key.
+    fn prefetches(&self) -> bool {
         false
     }
 

@@ -230,6 +230,10 @@ impl Endpoint for ShmEndpoint {
         }
     }
 
+    fn prefetches(&self) -> bool {
+        true
+    }
+
     fn provider(&self) -> &'static str {
         "shm"
     }

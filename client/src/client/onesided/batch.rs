@@ -1,5 +1,6 @@
-//! Batches of one-sided GETs over an endpoint that posts independent reads
-//! together (verbs: one doorbell per queue pair). The main buckets the
+//! Batches of one-sided GETs over an endpoint whose reads are round trips
+//! (verbs posts a list with one doorbell per queue pair; tcp sends them one
+//! after another). The main buckets the
 //! cache lacks go as one list of reads; the first candidate record of every
 //! key, whose address only its bucket gives, as a second. Each key is then
 //! checked exactly as a single GET checks its record; a key the batch did

@@ -179,12 +179,12 @@ impl OneSidedReader {
     }
 
     /// Looks up many keys, overlapping their latency. Over an endpoint
-    /// that batches reads (verbs) the main buckets go as one list of reads
-    /// and the records they point to as a second (see [`batch`]); otherwise
-    /// every main bucket, then every record the buckets point to, is
-    /// prefetched before [`get_into`](Self::get_into) runs on each (whose
-    /// loads now hit the CPU cache). Same guarantees as `get_into`, key by
-    /// key.
+    /// whose reads are loads (shm) every main bucket, then every record the
+    /// buckets point to, is prefetched before [`get_into`](Self::get_into)
+    /// runs on each (whose loads now hit the CPU cache); otherwise the main
+    /// buckets go as one list of reads and the records they point to as a
+    /// second (see [`batch`]; verbs posts a list with one doorbell). Same
+    /// guarantees as `get_into`, key by key.
     pub fn get_many_into(
         &self,
         keys: &[RecordKey<'_>],
@@ -198,7 +198,7 @@ impl OneSidedReader {
                 outs.len()
             )));
         }
-        if self.endpoint.batches_reads() {
+        if !self.endpoint.prefetches() {
             return self.get_many_batched(keys, outs, counters);
         }
         let located: Vec<_> = keys.iter().map(|k| self.locate(k)).collect();

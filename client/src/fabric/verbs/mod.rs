@@ -477,10 +477,6 @@ impl Endpoint for VerbsEndpoint {
         self.shared.read_batch(reads)
     }
 
-    fn batches_reads(&self) -> bool {
-        true
-    }
-
     fn provider(&self) -> &'static str {
         "verbs"
     }
