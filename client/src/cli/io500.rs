@@ -18,6 +18,7 @@ use ferrite_client::io500::config::{
 use ferrite_client::io500::phases::{run_phase, Phase, PhaseOutcome};
 use ferrite_client::io500::score::PhaseResult;
 use ferrite_client::io500::{run as run_io500, Config, Io500Backend, PosixBackend, RunReport};
+use ferrite_proto::bucket::SLOTS_PER_BUCKET;
 
 /// Where the phases run.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,21 +230,49 @@ fn caps_for_space(free: u64, targets: u64, tasks: u64) -> (u64, u64, u64) {
     )
 }
 
-/// Where the user set no cap, caps the data phases of a whole run so that
-/// its data fits in the engine's free log space (a stonewalled write phase
-/// then ends at its cap, as IO500 runs with caps do), and says so.
+/// Per-task caps on mdtest files that keep a whole run's new keys inside
+/// the index room of `targets` targets with `room` keys each (the least of
+/// them; names spread over targets by hash): mdtest-easy 60 % (one key per
+/// file) and mdtest-hard 30 % (a name and a chunk per file) of 60 % of it.
+/// Returns (mdtest-easy files, mdtest-hard files).
+fn caps_for_keys(room: u64, targets: u64, tasks: u64) -> (u64, u64) {
+    let budget = room.saturating_mul(targets) / 10 * 6;
+    let per_task = |share: u64, keys: u64| (budget / 100 * share / tasks.max(1) / keys).max(1);
+    (per_task(60, 1), per_task(30, 2))
+}
+
+/// New keys a target's index still takes: it refuses new keys once its
+/// overflow pool could run out, at about 0.66 of all slots (engine
+/// FORMAT.md); this counts 0.6.
+fn key_room(counter: impl Fn(&str) -> Option<u64>) -> Option<u64> {
+    let slots = counter("bucket_count_total")? * SLOTS_PER_BUCKET as u64;
+    Some((slots / 10 * 6).saturating_sub(counter("keys")?))
+}
+
+/// Where the user set no cap, caps the write phases of a whole run so that
+/// its data fits in the engine's free log space and its files in the
+/// engine's index (a stonewalled write phase then ends at its cap, as IO500
+/// runs with caps do), and says so.
 fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result<()> {
     let stat = client.stat().context("engine stat (free log space)")?;
-    let free_of = |t: &ferrite_proto::rpc::TargetStat| {
+    let room_of = |t: &ferrite_proto::rpc::TargetStat| {
         let get = |name: &str| t.counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
-        Some(get("log_capacity_bytes")?.saturating_sub(get("log_used_bytes")?))
+        let free = get("log_capacity_bytes")?.saturating_sub(get("log_used_bytes")?);
+        Some((free, key_room(get)?))
     };
-    let frees: Option<Vec<u64>> = stat.target_counters.iter().map(free_of).collect();
-    let Some(least) = frees.and_then(|f| f.into_iter().min()) else {
+    let rooms: Option<Vec<(u64, u64)>> = stat.target_counters.iter().map(room_of).collect();
+    let Some(rooms) = rooms.filter(|r| !r.is_empty()) else {
         return Ok(());
     };
+    let least = rooms.iter().map(|r| r.0).min().unwrap_or(0);
+    let least_keys = rooms.iter().map(|r| r.1).min().unwrap_or(0);
     let targets = stat.target_counters.len() as u64;
     let (easy, hard, files) = caps_for_space(least, targets, config.tasks as u64);
+    let (easy_files, hard_files) = caps_for_keys(least_keys, targets, config.tasks as u64);
+    if args.mdtest_easy_max_files.is_none() {
+        config.mdtest_easy_max_files = config.mdtest_easy_max_files.min(easy_files);
+    }
+    let files = files.min(hard_files);
     if args.ior_easy_max_bytes.is_none() {
         config.ior_easy_max_transfers = config.ior_easy_max_transfers.min(easy);
     }
@@ -254,13 +283,16 @@ fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result
         config.mdtest_hard_max_files = config.mdtest_hard_max_files.min(files);
     }
     eprintln!(
-        "io500: {} targets with {:.1} GiB of log free each: per task at most {} ior-easy \
-         transfers, {} ior-hard segments, {} mdtest-hard files (--ior-easy-max-bytes, \
-         --ior-hard-max-segments, --mdtest-hard-max-files change them)",
+        "io500: {} targets with {:.1} GiB of log and room for {} new keys each: per task at \
+         most {} ior-easy transfers, {} ior-hard segments, {} mdtest-easy files, {} \
+         mdtest-hard files (--ior-easy-max-bytes, --ior-hard-max-segments, \
+         --mdtest-easy-max-files, --mdtest-hard-max-files change them)",
         targets,
         least as f64 / (1u64 << 30) as f64,
+        least_keys,
         config.ior_easy_max_transfers,
         config.ior_hard_max_segments,
+        config.mdtest_easy_max_files,
         config.mdtest_hard_max_files
     );
     Ok(())
@@ -430,6 +462,25 @@ mod tests {
         assert!(data <= 10 * gib * 6 / 10, "{data}");
         assert!(data >= 10 * gib * 6 / 10 * 7 / 10, "caps too tight: {data}");
         assert_eq!(super::caps_for_space(0, 2, 8), (1, 1, 1));
+    }
+
+    #[test]
+    fn caps_keep_a_run_inside_the_index() {
+        // The embedded engine's index: 2^20 + 2^18 buckets per target, about
+        // 2.6 M keys each before it refuses new ones.
+        let counters = |name: &str| match name {
+            "bucket_count_total" => Some((1 << 20) + (1 << 18)),
+            "keys" => Some(1000),
+            _ => None,
+        };
+        let room = super::key_room(counters).unwrap();
+        assert!(room < 2_590_000 && room > 2_000_000, "{room}");
+        assert_eq!(super::key_room(|_| None), None);
+        let (easy, hard) = super::caps_for_keys(room, 2, 8);
+        let keys = 8 * (easy + 2 * hard);
+        assert!(keys <= 2 * room * 6 / 10, "{keys}");
+        assert!(keys >= 2 * room * 6 / 10 * 8 / 10, "caps too tight: {keys}");
+        assert_eq!(super::caps_for_keys(0, 2, 8), (1, 1));
     }
 
     #[cfg(feature = "embedded")]
