@@ -98,31 +98,16 @@ impl Region {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: mapping a valid fd of at least `len` bytes; the kernel picks
-        // the address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
+        let ptr = map_shared(fd.as_fd(), len, true).map_err(|e| {
             if hugetlb && e.raw_os_error() == Some(libc::ENOMEM) {
-                return Err(io::Error::other(format!(
+                return io::Error::other(format!(
                     "{len} bytes of 2 MiB huge pages are not reserved ({} pages needed; \
                      raise vm.nr_hugepages): {e}",
                     len / HUGE_PAGE_BYTES
-                )));
+                ));
             }
-            return Err(e);
-        }
-        let ptr =
-            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+            e
+        })?;
         Ok(Self {
             id,
             len,
@@ -176,12 +161,24 @@ fn page_size() -> usize {
 /// Maps another process's region fd read-only, as a local client does.
 /// Returns the mapping's start; unmap with [`unmap_readonly`].
 pub fn map_readonly(fd: BorrowedFd<'_>, len: usize) -> io::Result<NonNull<u8>> {
-    // SAFETY: mapping a caller-provided fd read-only; the kernel validates it.
+    map_shared(fd, len, false)
+}
+
+/// Maps `len` bytes of `fd` shared, read-only or read-write; the caller
+/// unmaps (`munmap`) and keeps `len` within the file.
+pub(crate) fn map_shared(fd: BorrowedFd<'_>, len: usize, write: bool) -> io::Result<NonNull<u8>> {
+    let prot = if write {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: mapping a caller-provided fd; the kernel validates it and
+    // picks the address.
     let p = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ,
+            prot,
             libc::MAP_SHARED,
             fd.as_raw_fd(),
             0,

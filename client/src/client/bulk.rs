@@ -22,7 +22,7 @@
 //! assert_eq!(&back, b"abc");
 //! ```
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,7 @@ use ferrite_proto::rpc::{Key, Placed, Reply, Request};
 
 use crate::client::error::{Error, Result};
 use crate::client::{reply, Client};
+use crate::fabric::shm::memfd;
 
 /// Bytes of one slot: the largest extent piece (a chunk of at most 1 MiB).
 pub const BULK_SLOT_BYTES: usize = VALUE_MAX_BYTES;
@@ -76,20 +77,10 @@ impl BulkArea {
             .checked_mul(BULK_SLOT_BYTES)
             .filter(|&l| l > 0 && slots <= u32::MAX as usize)
             .ok_or_else(|| Error::InvalidArgument(format!("bulk area of {slots} slots")))?;
-        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
-        // SAFETY: memfd_create with a static NUL-terminated name.
-        let raw = unsafe { libc::memfd_create(c"ferrite-bulk".as_ptr(), flags) };
-        if raw < 0 {
-            return Err(os_error("memfd_create (bulk region)"));
-        }
-        // SAFETY: `raw` is a fresh fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: plain calls on our own fd.
-        if unsafe { libc::ftruncate(raw, len as libc::off_t) } != 0 {
-            return Err(os_error("ftruncate (bulk region)"));
-        }
+        let fd = memfd("ferrite-bulk", len as u64)?;
+        let raw = fd.as_raw_fd();
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
-        // SAFETY: as above.
+        // SAFETY: fcntl on our own fd.
         if unsafe { libc::fcntl(raw, libc::F_ADD_SEALS, seals) } != 0 {
             return Err(os_error("sealing the bulk region"));
         }

@@ -336,12 +336,13 @@ pub fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> Result<u
     Ok(n as usize)
 }
 
-/// A memfd of `len` bytes (tests and the embedded engine's tools).
+/// A memfd of `len` bytes that may be sealed (the bulk region, tests).
 pub fn memfd(name: &str, len: u64) -> Result<OwnedFd> {
     let cname = std::ffi::CString::new(name)
         .map_err(|_| Error::InvalidArgument(format!("memfd name {name:?} has a NUL")))?;
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
     // SAFETY: cname is a valid C string.
-    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), flags) };
     if fd < 0 {
         return Err(Error::io("memfd_create", std::io::Error::last_os_error()));
     }

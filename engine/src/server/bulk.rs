@@ -21,7 +21,7 @@
 //!   whatever the client scribbled over. Only the client's own data is
 //!   affected.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -83,27 +83,11 @@ impl BulkRegion {
             ));
         }
         let len = len as usize;
-        // SAFETY: a fresh shared mapping of `len` bytes of the file, which
-        // holds at least `len` bytes and cannot shrink (sealed).
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                raw,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(format!(
-                "mapping the bulk region: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        // The file holds at least `len` bytes and cannot shrink (sealed).
+        let ptr = crate::region::map_shared(fd.as_fd(), len, true)
+            .map_err(|e| format!("mapping the bulk region: {e}"))?;
         // The mapping keeps the file alive; the fd is closed here.
         drop(fd);
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or("mmap returned null")?;
         Ok(Self { ptr, len })
     }
 

@@ -367,7 +367,7 @@ impl Shared {
                 posted.push((chunk, None));
                 continue;
             };
-            let remotes: Vec<Remote> = chunk.iter().map(|&i| remote(&reads[i])).collect();
+            let remotes: Vec<Remote> = chunk.iter().map(|&i| batch_remote(&reads[i])).collect();
             let region_id = reads[head].region.region_id;
             // A full queue pair (asynchronous reads in flight) takes the
             // chunk in the wait below instead.
@@ -383,7 +383,7 @@ impl Shared {
             let failed = |cause| read_failed(&self.url, region_id, cause);
             let remotes: Vec<Remote> = match first {
                 Some(_) => Vec::new(),
-                None => chunk.iter().map(|&i| remote(&reads[i])).collect(),
+                None => chunk.iter().map(|&i| batch_remote(&reads[i])).collect(),
             };
             let mut dsts = pick_bufs(reads, chunk);
             match first {
@@ -408,24 +408,25 @@ impl Shared {
         meanwhile: &mut dyn FnMut(),
     ) -> Result<()> {
         let conn = self.conn(region.target)?;
-        let r = Remote {
-            addr: region.remote_addr + offset,
-            rkey: region.access_key as u32,
-            len: buf.len(),
-        };
+        let r = remote(region, offset, buf.len());
         let mut g = lock(&conn);
         g.read_wait(&[r], &mut [buf], meanwhile)
             .map_err(|cause| read_failed(&self.url, region.region_id, cause))
     }
 }
 
-/// Where a batch entry reads from.
-fn remote(r: &BatchRead<'_>) -> Remote {
+/// Where a read of `len` bytes at `offset` of `region` goes.
+fn remote(region: &RegionDescriptor, offset: u64, len: usize) -> Remote {
     Remote {
-        addr: r.region.remote_addr + r.offset,
-        rkey: r.region.access_key as u32,
-        len: r.buf.len(),
+        addr: region.remote_addr + offset,
+        rkey: region.access_key as u32,
+        len,
     }
+}
+
+/// Where a batch entry reads from.
+fn batch_remote(r: &BatchRead<'_>) -> Remote {
+    remote(r.region, r.offset, r.buf.len())
 }
 
 /// The buffers of `reads` at the indices of `chunk` (distinct, ascending).

@@ -25,7 +25,7 @@ use std::task::{Context, Poll};
 use ferrite_proto::region::RegionDescriptor;
 
 use super::conn::{Conn, Patience, Remote};
-use super::{lock, read_failed, ConnRef, Shared, BUFFER_BYTES};
+use super::{lock, read_failed, remote, ConnRef, Shared, BUFFER_BYTES};
 use crate::client::error::{Error, Result};
 use crate::fabric::{check_bounds, AsyncReads, ReadFuture};
 
@@ -132,11 +132,7 @@ impl AsyncReads for Shared {
             }
             let mut read = PostedRead {
                 conn: self.conn(region.target)?,
-                remote: Remote {
-                    addr: region.remote_addr + offset,
-                    rkey: region.access_key as u32,
-                    len,
-                },
+                remote: remote(region, offset, len),
                 region_id: region.region_id,
                 wr_id: None,
                 finished: false,
