@@ -6,8 +6,15 @@
 //! one task (one key per call, and 16 per `fetch_batch` call; per wall second
 //! and per CPU second of the xstream's thread), p50/p99 latency of both, and
 //! DRAM metadata bytes per key: the bucket region, the key directory's own
-//! count, and the heap growth (glibc `mallinfo2`, all arenas) over the load. Then, per device, 4 KiB overwrites with the
-//! cleaner idle and with the cleaner busy, to compare foreground latency.
+//! count, the heap growth (glibc `mallinfo2`, all arenas) over the load, and
+//! their total `metadata_bytes_per_key` (bucket region + bucket free list +
+//! the larger of the directory's count and the heap growth), with the load
+//! factor it was measured at (`bucket_load`: used slots over all slots).
+//! The bucket table has the engine's default shape (overflow pool a quarter
+//! of the main area) and the smallest power-of-two main area that holds the
+//! keys at a load of at most `--load`, so the measured load is between half
+//! of it and it. Then, per device, 4 KiB overwrites with the cleaner idle and
+//! with the cleaner busy, to compare foreground latency.
 //!
 //! With `--json` each figure is one line
 //! `{"name","unit","ferrite","peer","peer_name","ratio"}` (peer fields null;
@@ -41,6 +48,10 @@ pub struct BenchStoreArgs {
     /// Skip the cleaner idle-vs-busy case.
     #[arg(long)]
     pub no_cleaner: bool,
+    /// Largest fill of the bucket table (keys over all slots) to size it
+    /// for; chaining with the default overflow pool fills to about 0.66.
+    #[arg(long, default_value_t = 0.6)]
+    pub load: f64,
 }
 
 /// One figure of the run.
@@ -64,7 +75,8 @@ pub fn run(args: BenchStoreArgs) -> anyhow::Result<()> {
                 });
                 println!("{line}");
             } else {
-                println!("{:<44} {:>16.1} {}", f.name, f.ferrite, f.unit);
+                let digits = if f.unit == "ratio" { 3 } else { 1 };
+                println!("{:<44} {:>16.digits$} {}", f.name, f.ferrite, f.unit);
             }
         }
         Ok(())
@@ -83,6 +95,7 @@ mod imp {
     use super::{BenchStoreArgs, Figure};
     use anyhow::Context;
     use ferrite_engine::store::{Store, StoreConfig};
+    use ferrite_proto::bucket::SLOTS_PER_BUCKET;
     use ferrite_proto::key::RecordKey;
     use hdrhistogram::Histogram;
     use std::cell::RefCell;
@@ -163,11 +176,20 @@ mod imp {
             .map_err(|e| anyhow::anyhow!("xstream: {e}"))?
     }
 
-    fn config(keys: usize, ring_bytes: u64) -> StoreConfig {
-        let buckets = (keys / 2).next_power_of_two().max(1024) as u64;
+    /// Overflow buckets per main bucket, as `StoreConfig::default()` and
+    /// the engine's config have them.
+    const OVERFLOW_SHARE: f64 = 0.25;
+
+    /// A store whose bucket table holds `keys` at a load of at most `load`:
+    /// the smallest power-of-two main area (at least 1024) with a quarter of
+    /// it as overflow pool.
+    fn config(keys: usize, load: f64, ring_bytes: u64) -> StoreConfig {
+        let slots_per_main = SLOTS_PER_BUCKET as f64 * (1.0 + OVERFLOW_SHARE);
+        let main = (keys as f64 / (slots_per_main * load.clamp(0.05, 1.0))).ceil() as u64;
+        let main = main.next_power_of_two().max(1024);
         StoreConfig {
-            bucket_count: buckets,
-            overflow_buckets: (buckets / 2) as u32,
+            bucket_count: main,
+            overflow_buckets: (main as f64 * OVERFLOW_SHARE) as u32,
             ring_bytes,
             ..StoreConfig::default()
         }
@@ -340,10 +362,11 @@ mod imp {
         let concurrency = args.concurrency.max(1);
         let fetch_ops = ((4u64 << 30) / size as u64).clamp(keys as u64, 4_000_000);
         let label = format!("{kind}.{}", size_label(size));
+        let load = args.load;
         let figures = on_xstream(move || {
             Box::new(async move {
                 let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
-                let s = Rc::new(Store::open(bdev, config(keys, ring)).await?);
+                let s = Rc::new(Store::open(bdev, config(keys, load, ring)).await?);
                 let heap0 = heap_in_use();
                 let (secs, up) = update_all(&s, keys, size, concurrency, 1).await?;
                 let heap = heap_in_use().zip(heap0).map(|(a, b)| a.saturating_sub(b));
@@ -383,6 +406,15 @@ mod imp {
                 if let Some(h) = heap {
                     out.push(f("heap_bytes_per_key", "B", per_key(h)));
                 }
+                let heap_side = st.directory_bytes.max(heap.unwrap_or(0));
+                let total = st.bucket_region_bytes + st.bucket_free_list_bytes + heap_side;
+                let slots = st.bucket_count_total as usize * SLOTS_PER_BUCKET;
+                out.push(f("metadata_bytes_per_key", "B", per_key(total)));
+                out.push(f(
+                    "bucket_load",
+                    "ratio",
+                    st.bucket_slots_used as f64 / slots.max(1) as f64,
+                ));
                 Ok(out)
             })
         })?;
@@ -405,13 +437,14 @@ mod imp {
         let spec = device_spec(kind, dir, &format!("{kind}-cleaner"), 96 << 20)?;
         let concurrency = args.concurrency.max(1);
         let label = kind.to_string();
+        let args_load = args.load;
         on_xstream(move || {
             Box::new(async move {
                 let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
                 let cfg = StoreConfig {
                     ring_bytes: 16 << 20,
                     checkpoint_bytes: 4 << 20,
-                    ..config(keys, 16 << 20)
+                    ..config(keys, args_load, 16 << 20)
                 };
                 let s = Rc::new(Store::open(bdev, cfg).await?);
                 let mut idle = histogram();
@@ -480,5 +513,28 @@ mod imp {
                 ])
             })
         })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The table the bench opens has the engine's default shape and
+        /// holds the keys at a load between half the stated one and it
+        /// (once past the 1024-bucket floor).
+        #[test]
+        fn table_is_sized_for_the_stated_load() {
+            for load in [0.5, 0.6] {
+                for keys in [10_000usize, 100_000, 1_000_000, 1_179_648, 3_000_000] {
+                    let c = config(keys, load, 64 << 20);
+                    assert!(c.bucket_count.is_power_of_two());
+                    assert_eq!(u64::from(c.overflow_buckets), c.bucket_count / 4);
+                    let slots =
+                        (c.bucket_count + u64::from(c.overflow_buckets)) * SLOTS_PER_BUCKET as u64;
+                    let fill = keys as f64 / slots as f64;
+                    assert!(fill <= load && fill > load / 2.0, "{keys} keys: {fill}");
+                }
+            }
+        }
     }
 }

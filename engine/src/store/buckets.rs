@@ -75,6 +75,10 @@ impl BucketTable {
     pub fn free_overflow(&self) -> usize {
         self.free.len()
     }
+    /// Heap bytes of the free overflow list (4 per overflow bucket).
+    pub fn free_list_bytes(&self) -> usize {
+        self.free.capacity() * std::mem::size_of::<u32>()
+    }
     pub fn used_slots(&self) -> usize {
         self.used_slots
     }

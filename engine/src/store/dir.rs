@@ -106,15 +106,26 @@ pub type Removed = (Box<[u8]>, Box<[u8]>, Entry);
 /// Bytes of the object part of a composite key: container and object, big
 /// endian, so that byte order is numeric order.
 const OBJ_BYTES: usize = 24;
-/// Version (8), record address (6: log addresses are 48-bit), length (4).
-const FIXED_BYTES: usize = 18;
+/// Record address bytes in an entry (log addresses are 48-bit).
+const ADDR_BYTES: usize = 6;
+/// Low bits of an entry's `length code` (see [`Directory`]): the entry is a
+/// byte array (a piece count and pieces follow) ...
+const CODE_ARRAY: u64 = 1;
+/// ... the record length is stored whole (else in units of 8: record lengths
+/// are multiples of 8, so a 64-byte value's record takes one byte).
+const CODE_UNALIGNED: u64 = 2;
+const CODE_SHIFT: u32 = 2;
 /// Extent piece: start (8), end (8), record address (6), record length (4).
 const PIECE_BYTES: usize = 26;
 /// A block is split in two once it grows past this many bytes.
-const BLOCK_MAX_BYTES: usize = 1024;
+const BLOCK_MAX_BYTES: usize = 2048;
 const ADDR_LIMIT: u64 = 1 << 48;
 
-fn put_varint(out: &mut Vec<u8>, mut v: usize) {
+fn put_varint(out: &mut Vec<u8>, v: usize) {
+    put_varint64(out, v as u64);
+}
+
+fn put_varint64(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -123,12 +134,16 @@ fn put_varint(out: &mut Vec<u8>, mut v: usize) {
 }
 
 fn get_varint(b: &[u8], pos: &mut usize) -> usize {
-    let mut v = 0usize;
+    get_varint64(b, pos) as usize
+}
+
+fn get_varint64(b: &[u8], pos: &mut usize) -> u64 {
+    let mut v = 0u64;
     let mut shift = 0;
     loop {
         let byte = b[*pos];
         *pos += 1;
-        v |= usize::from(byte & 0x7f) << shift;
+        v |= u64::from(byte & 0x7f) << shift;
         if byte < 0x80 {
             return v;
         }
@@ -149,29 +164,51 @@ fn le(b: &[u8]) -> u64 {
 
 /// An entry's value part: version, record pointer, extent pieces.
 fn encode_tail(out: &mut Vec<u8>, e: &Entry) {
-    out.extend_from_slice(&e.version.to_le_bytes());
+    put_varint64(out, e.version);
     put_addr(out, e.addr);
-    out.extend_from_slice(&e.len.to_le_bytes());
-    match &e.extents {
-        None => put_varint(out, 0),
-        Some(m) => {
-            put_varint(out, m.len() + 1);
-            for (start, p) in m.iter() {
-                out.extend_from_slice(&start.to_le_bytes());
-                out.extend_from_slice(&p.end.to_le_bytes());
-                put_addr(out, p.rec_addr);
-                out.extend_from_slice(&p.rec_len.to_le_bytes());
-            }
+    let len = u64::from(e.len);
+    let mut code = match len % 8 {
+        0 => (len / 8) << CODE_SHIFT,
+        _ => len << CODE_SHIFT | CODE_UNALIGNED,
+    };
+    if e.extents.is_some() {
+        code |= CODE_ARRAY;
+    }
+    put_varint64(out, code);
+    if let Some(m) = &e.extents {
+        put_varint(out, m.len());
+        for (start, p) in m.iter() {
+            out.extend_from_slice(&start.to_le_bytes());
+            out.extend_from_slice(&p.end.to_le_bytes());
+            put_addr(out, p.rec_addr);
+            out.extend_from_slice(&p.rec_len.to_le_bytes());
         }
     }
 }
 
+/// The parts of an entry's value bytes at `b[pos..]`: version, record
+/// address, length code, piece count, and the offset of the first piece.
+fn read_tail(b: &[u8], mut pos: usize) -> (u64, u64, u64, usize, usize) {
+    let version = get_varint64(b, &mut pos);
+    let addr = le(&b[pos..pos + ADDR_BYTES]);
+    pos += ADDR_BYTES;
+    let code = get_varint64(b, &mut pos);
+    let pieces = match code & CODE_ARRAY {
+        0 => 0,
+        _ => get_varint(b, &mut pos),
+    };
+    (version, addr, code, pieces, pos)
+}
+
 fn decode_tail(b: &[u8]) -> Entry {
-    let mut pos = FIXED_BYTES;
-    let pieces = get_varint(b, &mut pos);
-    let extents = (pieces > 0).then(|| {
+    let (version, addr, code, pieces, pos) = read_tail(b, 0);
+    let len = match code & CODE_UNALIGNED {
+        0 => (code >> CODE_SHIFT) * 8,
+        _ => code >> CODE_SHIFT,
+    };
+    let extents = (code & CODE_ARRAY != 0).then(|| {
         let mut m = ExtentMap::new();
-        for p in b[pos..].chunks_exact(PIECE_BYTES).take(pieces - 1) {
+        for p in b[pos..].chunks_exact(PIECE_BYTES).take(pieces) {
             let piece = Piece {
                 end: le(&p[8..16]),
                 rec_addr: le(&p[16..22]),
@@ -182,9 +219,9 @@ fn decode_tail(b: &[u8]) -> Entry {
         Box::new(m)
     });
     Entry {
-        version: le(&b[..8]),
-        addr: le(&b[8..14]),
-        len: le(&b[14..18]) as u32,
+        version,
+        addr,
+        len: len as u32,
         extents,
     }
 }
@@ -232,12 +269,20 @@ fn object_of(c: &[u8]) -> ObjectId {
     (u64::from_be_bytes(container), u128::from_be_bytes(object))
 }
 
-/// Appends one entry, front-coded against the previous composite key.
-fn encode_entry(out: &mut Vec<u8>, prev: &[u8], key: &[u8], dkey_len: usize, tail: &[u8]) {
-    let shared = prev.iter().zip(key).take_while(|(a, b)| a == b).count();
+/// The entry before a position: its composite key and dkey length (`None`
+/// at a block's start).
+type Prev<'a> = (&'a [u8], Option<usize>);
+
+/// Appends one entry, front-coded against the previous one: the dkey length
+/// is written only when it differs from the previous entry's.
+fn encode_entry(out: &mut Vec<u8>, prev: Prev<'_>, key: &[u8], dkey_len: usize, tail: &[u8]) {
+    let shared = prev.0.iter().zip(key).take_while(|(a, b)| a == b).count();
+    let explicit = prev.1 != Some(dkey_len);
     put_varint(out, shared);
-    put_varint(out, key.len() - shared);
-    put_varint(out, dkey_len);
+    put_varint(out, (key.len() - shared) << 1 | usize::from(explicit));
+    if explicit {
+        put_varint(out, dkey_len);
+    }
     out.extend_from_slice(&key[shared..]);
     out.extend_from_slice(tail);
 }
@@ -256,6 +301,8 @@ struct Scan<'a> {
     bytes: &'a [u8],
     pos: usize,
     key: Vec<u8>,
+    /// Dkey length of the entry last read.
+    dkey_len: Option<usize>,
 }
 
 impl<'a> Scan<'a> {
@@ -264,6 +311,7 @@ impl<'a> Scan<'a> {
             bytes,
             pos: 0,
             key: Vec::with_capacity(64),
+            dkey_len: None,
         }
     }
 
@@ -275,14 +323,18 @@ impl<'a> Scan<'a> {
         let start = self.pos;
         let mut p = start;
         let shared = get_varint(b, &mut p);
-        let suffix = get_varint(b, &mut p);
-        let dkey_len = get_varint(b, &mut p);
+        let head = get_varint(b, &mut p);
+        let (suffix, explicit) = (head >> 1, head & 1 == 1);
+        let dkey_len = match (explicit, self.dkey_len) {
+            (false, Some(d)) => d,
+            _ => get_varint(b, &mut p),
+        };
         self.key.truncate(shared);
         self.key.extend_from_slice(&b[p..p + suffix]);
+        self.dkey_len = Some(dkey_len);
         let tail = p + suffix;
-        let mut q = tail + FIXED_BYTES;
-        let pieces = get_varint(b, &mut q);
-        let end = q + pieces.saturating_sub(1) * PIECE_BYTES;
+        let (.., pieces, q) = read_tail(b, tail);
+        let end = q + pieces * PIECE_BYTES;
         self.pos = end;
         Some(Raw {
             start,
@@ -297,7 +349,7 @@ impl<'a> Scan<'a> {
 fn first_key(b: &[u8]) -> (&[u8], usize) {
     let mut p = 0;
     let _shared = get_varint(b, &mut p);
-    let len = get_varint(b, &mut p);
+    let len = get_varint(b, &mut p) >> 1;
     let dkey_len = get_varint(b, &mut p);
     (&b[p..p + len], dkey_len)
 }
@@ -306,8 +358,9 @@ fn first_key(b: &[u8]) -> (&[u8], usize) {
 struct Seek {
     block: usize,
     /// Composite key of the entry before the position (empty at a block's
-    /// start).
+    /// start) and its dkey length.
     prev: Vec<u8>,
+    prev_dkey_len: Option<usize>,
     /// The first entry at or after the key, its composite key, and whether
     /// it is the key itself.
     at: Option<(Raw, Vec<u8>, bool)>,
@@ -363,15 +416,28 @@ impl Fence {
 
 /// The key directory: every live key in sorted order, packed.
 ///
-/// Entries live in blocks of about a kilobyte, each a byte string of
-/// entries in key order, front-coded: `shared` (varint: bytes shared with
-/// the previous entry's composite key `object ‖ dkey ‖ akey`, 0 for a
-/// block's first entry), `suffix_len` (varint), `dkey_len` (varint), the
-/// suffix, then version (u64), record address (48 bits), record length
-/// (u32), and `pieces` (varint: 0 for a single value, n + 1 for a byte array
-/// of n extent pieces of 26 bytes each). Blocks are kept in a sorted vector
-/// and found by binary search on their first keys. No per-key allocation:
-/// a key costs its front-coded suffix plus about 22 bytes.
+/// Entries live in blocks of one to two kilobytes, each a byte string of
+/// entries in key order, front-coded. An entry (all varints LEB128, 7 bits
+/// a byte):
+///
+/// | part | bytes | meaning |
+/// |---|---|---|
+/// | `shared` | varint | bytes shared with the previous entry's composite key `object ‖ dkey ‖ akey` (0 for a block's first entry) |
+/// | `head` | varint | `suffix_len << 1 \| explicit` |
+/// | `dkey_len` | varint | only if `explicit` (always for a block's first entry): else the previous entry's |
+/// | suffix | `suffix_len` | the composite key's bytes after `shared` |
+/// | version | varint | the key's full version |
+/// | address | 6 | record log address, little endian (48 bits) |
+/// | `code` | varint | `length << 2 \| unaligned << 1 \| array`, `length` in units of 8 bytes unless `unaligned` |
+/// | `pieces` | varint | only if `array`: the extent map's piece count n |
+/// | pieces | 26 × n | start u64, end u64, record address 48 bits, record length u32 |
+///
+/// Blocks are kept in a sorted vector and found by binary search on their
+/// fences (fixed-size summaries of their first keys). No per-key
+/// allocation: a single value costs its front-coded suffix plus about 12
+/// bytes (4 + 6 + 1 + 1 with versions below 2^28 and records below 256
+/// bytes). This layout lives only in DRAM: checkpoints write entries in
+/// their own format (`engine/FORMAT.md`, "Checkpoint areas").
 #[derive(Default)]
 pub struct Directory {
     blocks: Vec<Box<[u8]>>,
@@ -421,35 +487,30 @@ impl Directory {
 
     fn seek(&self, k: &Key<'_>) -> Seek {
         let block = self.block_for(k);
-        let mut prev = Vec::new();
+        let mut s = Seek {
+            block,
+            prev: Vec::new(),
+            prev_dkey_len: None,
+            at: None,
+        };
         let Some(bytes) = self.blocks.get(block) else {
-            return Seek {
-                block,
-                prev,
-                at: None,
-            };
+            return s;
         };
         let mut scan = Scan::new(bytes);
         while let Some(raw) = scan.next_entry() {
             match k.cmp_stored(&scan.key, raw.dkey_len) {
                 Ordering::Greater => {
-                    prev.clear();
-                    prev.extend_from_slice(&scan.key);
+                    s.prev.clear();
+                    s.prev.extend_from_slice(&scan.key);
+                    s.prev_dkey_len = Some(raw.dkey_len);
                 }
                 o => {
-                    return Seek {
-                        block,
-                        prev,
-                        at: Some((raw, scan.key, o == Ordering::Equal)),
-                    }
+                    s.at = Some((raw, scan.key, o == Ordering::Equal));
+                    return s;
                 }
             }
         }
-        Seek {
-            block,
-            prev,
-            at: None,
-        }
+        s
     }
 
     pub fn get(&self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<Entry> {
@@ -463,12 +524,12 @@ impl Directory {
     /// Inserts or replaces; returns the previous entry.
     pub fn put(&mut self, obj: ObjectId, dkey: &[u8], akey: &[u8], e: Entry) -> Option<Entry> {
         let k = Key::new(obj, dkey, akey);
-        let mut tail = Vec::with_capacity(FIXED_BYTES + 1);
+        let mut tail = Vec::with_capacity(32);
         encode_tail(&mut tail, &e);
         if self.blocks.is_empty() {
             let (c, dl) = k.composite();
             let mut b = Vec::new();
-            encode_entry(&mut b, &[], &c, dl, &tail);
+            encode_entry(&mut b, (&[], None), &c, dl, &tail);
             self.insert_block(0, b.into_boxed_slice());
             self.keys += 1;
             return None;
@@ -493,14 +554,14 @@ impl Directory {
         match &s.at {
             Some((next, next_key, _)) => {
                 b.extend_from_slice(&bytes[..next.start]);
-                encode_entry(&mut b, &s.prev, &c, dl, &tail);
+                encode_entry(&mut b, (&s.prev, s.prev_dkey_len), &c, dl, &tail);
                 let next_tail = &bytes[next.tail..next.end];
-                encode_entry(&mut b, &c, next_key, next.dkey_len, next_tail);
+                encode_entry(&mut b, (&c, Some(dl)), next_key, next.dkey_len, next_tail);
                 b.extend_from_slice(&bytes[next.end..]);
             }
             None => {
                 b.extend_from_slice(bytes);
-                encode_entry(&mut b, &s.prev, &c, dl, &tail);
+                encode_entry(&mut b, (&s.prev, s.prev_dkey_len), &c, dl, &tail);
             }
         }
         self.replace_block(s.block, b);
@@ -527,7 +588,7 @@ impl Directory {
                 let mut second = Vec::with_capacity(b.len() - raw.start + scan.key.len());
                 encode_entry(
                     &mut second,
-                    &[],
+                    (&[], None),
                     &scan.key,
                     raw.dkey_len,
                     &b[raw.tail..raw.end],
@@ -553,12 +614,14 @@ impl Directory {
             bytes,
             pos: raw.end,
             key,
+            dkey_len: Some(raw.dkey_len),
         };
         let mut b = Vec::with_capacity(bytes.len());
         b.extend_from_slice(&bytes[..raw.start]);
         if let Some(next) = scan.next_entry() {
             let next_tail = &bytes[next.tail..next.end];
-            encode_entry(&mut b, &s.prev, &scan.key, next.dkey_len, next_tail);
+            let prev = (s.prev.as_slice(), s.prev_dkey_len);
+            encode_entry(&mut b, prev, &scan.key, next.dkey_len, next_tail);
             b.extend_from_slice(&bytes[next.end..]);
         }
         self.replace_block(s.block, b);

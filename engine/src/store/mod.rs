@@ -21,13 +21,16 @@
 //! ([`Store::spawn_cleaner`]) copies live records forward so the log stays
 //! within about twice the live data. Device layout: `engine/FORMAT.md`.
 //!
-//! DRAM per key: the bucket region (64 bytes per 3 slots; chaining reaches a
-//! load factor of about 0.66, so from about 32 bytes per key when full) and
-//! the sorted key directory (packed blocks of front-coded keys with their
-//! version, record pointer and extent pieces, no allocation per key:
-//! `StoreStats::directory_bytes`), which serves listings, conditional
+//! DRAM per key: the bucket region (64 bytes per 3 slots, so 21.3 / load
+//! bytes per key at a load factor `load` of all slots; chaining with the
+//! default overflow pool of a quarter of the main area reaches about 0.66,
+//! 32 bytes per key) and the sorted key directory (packed blocks of
+//! front-coded keys with their version, record pointer and extent pieces,
+//! varint-coded, no allocation per key: `StoreStats::directory_bytes`, about
+//! 22 bytes per key for 8-byte dkeys), which serves listings, conditional
 //! updates, the cleaner and checkpoints. `ferrite bench store` prints both
-//! per key, and the heap growth per key over its load.
+//! per key, the heap growth per key over its load, and their total
+//! `metadata_bytes_per_key` with the load it was measured at.
 //!
 //! ```
 //! use ferrite_engine::store::{Store, StoreConfig};
@@ -234,6 +237,8 @@ pub struct StoreStats {
     pub bucket_count_total: u32,
     pub overflow_buckets_free: usize,
     pub bucket_region_bytes: usize,
+    /// Heap bytes of the list of free overflow buckets.
+    pub bucket_free_list_bytes: usize,
     /// Heap bytes of the key directory's packed blocks (sorted keys,
     /// versions, record pointers, extent pieces).
     pub directory_bytes: usize,
@@ -344,6 +349,7 @@ impl Store {
             bucket_count_total: t.total_count(),
             overflow_buckets_free: t.free_overflow(),
             bucket_region_bytes: t.region().len(),
+            bucket_free_list_bytes: t.free_list_bytes(),
             directory_bytes: dir.estimated_bytes(),
             poisoned: self.poison.borrow().is_some(),
         }
