@@ -9,7 +9,8 @@
 //! count, the heap growth (glibc `mallinfo2`, all arenas) over the load, and
 //! their total `metadata_bytes_per_key` (bucket region + bucket free list +
 //! the larger of the directory's count and the heap growth), with the load
-//! factor it was measured at (`bucket_load`: used slots over all slots).
+//! factor it was measured at (`bucket_load`: used slots over all slots) and
+//! the mean buckets a one-sided reader walks to a key's slot.
 //! The bucket table has the engine's default shape (overflow pool a quarter
 //! of the main area) and the smallest power-of-two main area that holds the
 //! keys at a load of at most `--load`, so the measured load is between half
@@ -373,7 +374,6 @@ mod imp {
                 let one = fetch_many(&s, keys, size, fetch_ops, 1).await?;
                 let batched = fetch_many(&s, keys, size, fetch_ops, FETCH_BATCH).await?;
                 let st = s.stats();
-                let per_key = |b: usize| b as f64 / st.keys.max(1) as f64;
                 let f = |name: &str, unit: &'static str, v: f64| Figure {
                     name: format!("store.{name}.{label}"),
                     unit,
@@ -400,25 +400,41 @@ mod imp {
                         "ratio",
                         st.commits as f64 / keys as f64,
                     ),
-                    f("bucket_bytes_per_key", "B", per_key(st.bucket_region_bytes)),
-                    f("directory_bytes_per_key", "B", per_key(st.directory_bytes)),
                 ];
-                if let Some(h) = heap {
-                    out.push(f("heap_bytes_per_key", "B", per_key(h)));
+                for (name, unit, v) in memory_figures(&s, heap) {
+                    out.push(f(name, unit, v));
                 }
-                let heap_side = st.directory_bytes.max(heap.unwrap_or(0));
-                let total = st.bucket_region_bytes + st.bucket_free_list_bytes + heap_side;
-                let slots = st.bucket_count_total as usize * SLOTS_PER_BUCKET;
-                out.push(f("metadata_bytes_per_key", "B", per_key(total)));
-                out.push(f(
-                    "bucket_load",
-                    "ratio",
-                    st.bucket_slots_used as f64 / slots.max(1) as f64,
-                ));
                 Ok(out)
             })
         })?;
         Ok(figures)
+    }
+
+    /// DRAM metadata per key, its parts, the load of the bucket table and
+    /// the mean buckets a reader walks; `heap`: heap growth over the load.
+    fn memory_figures(s: &Store, heap: Option<usize>) -> Vec<(&'static str, &'static str, f64)> {
+        let st = s.stats();
+        let per_key = |b: usize| b as f64 / st.keys.max(1) as f64;
+        let heap_side = st.directory_bytes.max(heap.unwrap_or(0));
+        let total = st.bucket_region_bytes + st.bucket_free_list_bytes + heap_side;
+        let slots = st.bucket_count_total as usize * SLOTS_PER_BUCKET;
+        let mut out = vec![
+            ("bucket_bytes_per_key", "B", per_key(st.bucket_region_bytes)),
+            ("directory_bytes_per_key", "B", per_key(st.directory_bytes)),
+        ];
+        if let Some(h) = heap {
+            out.push(("heap_bytes_per_key", "B", per_key(h)));
+        }
+        out.extend([
+            ("metadata_bytes_per_key", "B", per_key(total)),
+            (
+                "bucket_load",
+                "ratio",
+                st.bucket_slots_used as f64 / slots.max(1) as f64,
+            ),
+            ("bucket_reads_per_key", "ratio", s.mean_bucket_reads()),
+        ]);
+        out
     }
 
     fn size_label(size: usize) -> String {

@@ -312,6 +312,12 @@ impl Store {
         }
     }
 
+    /// Mean bucket reads a one-sided reader makes to reach a key's slot
+    /// (walks the whole bucket table: for benchmarks).
+    pub fn mean_bucket_reads(&self) -> f64 {
+        self.table.borrow().mean_chain_reads()
+    }
+
     /// Device layout in use.
     pub fn geometry(&self) -> Geometry {
         self.geo
