@@ -39,6 +39,10 @@ pub struct BucketTable {
     region: Arc<Region>,
     main: u64,
     total: u32,
+    /// Overflow buckets from this index to `total` have never been used.
+    untouched: u32,
+    /// Overflow buckets unlinked and free again (no list of the untouched
+    /// ones: that would cost 4 bytes of DRAM per overflow bucket).
     free: Vec<u32>,
     used_slots: usize,
 }
@@ -56,7 +60,8 @@ impl BucketTable {
             region,
             main,
             total,
-            free: (main as u32..total).rev().collect(),
+            untouched: main as u32,
+            free: Vec::new(),
             used_slots: 0,
         };
         let empty = Bucket::default();
@@ -73,7 +78,7 @@ impl BucketTable {
         self.total
     }
     pub fn free_overflow(&self) -> usize {
-        self.free.len()
+        self.free.len() + (self.total - self.untouched) as usize
     }
     /// Mean buckets a reader walks to reach a used slot (1.0: every key in
     /// its main bucket): each used slot counts its bucket's place in its
@@ -95,7 +100,7 @@ impl BucketTable {
         }
         reads as f64 / used.max(1) as f64
     }
-    /// Heap bytes of the free overflow list (4 per overflow bucket).
+    /// Heap bytes of the list of overflow buckets free again.
     pub fn free_list_bytes(&self) -> usize {
         self.free.capacity() * std::mem::size_of::<u32>()
     }
@@ -194,7 +199,7 @@ impl BucketTable {
                 i = b.next();
                 continue;
             }
-            let Some(n) = self.free.pop() else {
+            let Some(n) = self.take_overflow() else {
                 return false;
             };
             let mut fresh = self.load(n);
@@ -212,6 +217,18 @@ impl BucketTable {
             return true;
         }
         false
+    }
+
+    /// A free overflow bucket: one freed earlier, else the next never used.
+    fn take_overflow(&mut self) -> Option<u32> {
+        if let Some(n) = self.free.pop() {
+            return Some(n);
+        }
+        let n = self.untouched;
+        (n < self.total).then(|| {
+            self.untouched += 1;
+            n
+        })
     }
 
     /// Empties a slot; unlinks its bucket if it was an overflow bucket left
@@ -282,6 +299,15 @@ mod tests {
         assert_eq!(t.free_overflow(), 4);
         assert_eq!(t.used_slots(), 0);
         assert!(t.locate(1, 9, 0).is_none());
+        // Freed and never-used overflow buckets both serve, each once.
+        for a in 0..15u64 {
+            assert!(t.insert(1, slot(9, a * 8)), "insert {a}");
+        }
+        assert_eq!(t.free_overflow(), 0);
+        assert!(!t.insert(1, slot(9, 15 * 8)));
+        for a in 0..15u64 {
+            assert!(t.locate(1, 9, a * 8).is_some(), "slot {a}");
+        }
     }
 
     /// Fills a table with random hashes until an insert fails and checks the
