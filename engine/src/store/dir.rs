@@ -118,7 +118,7 @@ const CODE_SHIFT: u32 = 2;
 /// Extent piece: start (8), end (8), record address (6), record length (4).
 const PIECE_BYTES: usize = 26;
 /// A block is split in two once it grows past this many bytes.
-const BLOCK_MAX_BYTES: usize = 2048;
+const BLOCK_MAX_BYTES: usize = 1024;
 const ADDR_LIMIT: u64 = 1 << 48;
 
 fn put_varint(out: &mut Vec<u8>, v: usize) {
@@ -198,6 +198,21 @@ fn read_tail(b: &[u8], mut pos: usize) -> (u64, u64, u64, usize, usize) {
         _ => get_varint(b, &mut pos),
     };
     (version, addr, code, pieces, pos)
+}
+
+/// Where the entry whose value bytes start at `b[pos..]` ends (skips what
+/// [`read_tail`] decodes: a scan passes most entries without their values).
+fn tail_end(b: &[u8], mut pos: usize) -> usize {
+    while b[pos] >= 0x80 {
+        pos += 1;
+    }
+    pos += 1 + ADDR_BYTES;
+    let code = get_varint64(b, &mut pos);
+    if code & CODE_ARRAY == 0 {
+        return pos;
+    }
+    let pieces = get_varint(b, &mut pos);
+    pos + pieces * PIECE_BYTES
 }
 
 fn decode_tail(b: &[u8]) -> Entry {
@@ -333,8 +348,7 @@ impl<'a> Scan<'a> {
         self.key.extend_from_slice(&b[p..p + suffix]);
         self.dkey_len = Some(dkey_len);
         let tail = p + suffix;
-        let (.., pieces, q) = read_tail(b, tail);
-        let end = q + pieces * PIECE_BYTES;
+        let end = tail_end(b, tail);
         self.pos = end;
         Some(Raw {
             start,
@@ -416,7 +430,7 @@ impl Fence {
 
 /// The key directory: every live key in sorted order, packed.
 ///
-/// Entries live in blocks of one to two kilobytes, each a byte string of
+/// Entries live in blocks of about a kilobyte, each a byte string of
 /// entries in key order, front-coded. An entry (all varints LEB128, 7 bits
 /// a byte):
 ///
@@ -434,9 +448,10 @@ impl Fence {
 ///
 /// Blocks are kept in a sorted vector and found by binary search on their
 /// fences (fixed-size summaries of their first keys). No per-key
-/// allocation: a single value costs its front-coded suffix plus about 12
-/// bytes (4 + 6 + 1 + 1 with versions below 2^28 and records below 256
-/// bytes). This layout lives only in DRAM: checkpoints write entries in
+/// allocation: a single value costs its front-coded suffix plus 2 (`shared`
+/// and `head`), the version (3 bytes below 2^21, 4 below 2^28), 6 and 1
+/// (records below 256 bytes), and its share of its block's fence, first key
+/// and allocation (about 3 bytes at 1 KiB blocks). This layout lives only in DRAM: checkpoints write entries in
 /// their own format (`engine/FORMAT.md`, "Checkpoint areas").
 #[derive(Default)]
 pub struct Directory {

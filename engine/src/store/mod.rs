@@ -27,7 +27,7 @@
 //! 32 bytes per key) and the sorted key directory (packed blocks of
 //! front-coded keys with their version, record pointer and extent pieces,
 //! varint-coded, no allocation per key: `StoreStats::directory_bytes`, about
-//! 22 bytes per key for 8-byte dkeys), which serves listings, conditional
+//! 22 to 24 bytes per key for 8-byte dkeys), which serves listings, conditional
 //! updates, the cleaner and checkpoints. `ferrite bench store` prints both
 //! per key, the heap growth per key over its load, and their total
 //! `metadata_bytes_per_key` with the load it was measured at.
