@@ -28,6 +28,25 @@ pub mod tcp;
 #[cfg(feature = "rdma")]
 pub mod verbs;
 
+/// How [`DependentReads::pick`] chooses: offset and length, or `None`.
+pub type PickSpan<'a> = dyn FnMut(&[u8]) -> Option<(u64, usize)> + 'a;
+
+/// The two dependent reads of [`Endpoint::read_dependent`].
+pub struct DependentReads<'a> {
+    /// The first read (a GET's bucket).
+    pub first: BatchRead<'a>,
+    /// The region of the second (the log).
+    pub second: &'a RegionDescriptor,
+    /// Chooses the second read's span (offset, length) from the first's
+    /// bytes, unchecked; `None`: no second read.
+    pub pick: &'a mut PickSpan<'a>,
+    /// The second read's bytes (resized to its length).
+    pub out: &'a mut Vec<u8>,
+    /// Gets the first read's bytes while the second is in flight (or
+    /// before it).
+    pub meanwhile: &'a mut dyn FnMut(&[u8]),
+}
+
 /// One read of a list given to [`Endpoint::read_many`]: `buf.len()` bytes
 /// at `offset` of `region`.
 #[derive(Debug)]
@@ -54,22 +73,18 @@ pub trait Endpoint: Send + Sync {
         buf: &mut [u8],
     ) -> Result<()>;
 
-    /// Reads as [`Endpoint::read`] does and runs `meanwhile` while the
-    /// bytes travel: an endpoint whose reads are round trips posts the
-    /// read, runs `meanwhile`, then waits (verbs: a GET checks the bucket
-    /// it just read while the record read it led to is in flight); the
-    /// default runs `meanwhile` first. Either way `meanwhile` has run when
-    /// this returns `Ok`.
-    fn read_meanwhile(
-        &self,
-        region: &RegionDescriptor,
-        offset: u64,
-        buf: &mut [u8],
-        meanwhile: &mut dyn FnMut(),
-    ) -> Result<()> {
-        meanwhile();
-        let len = buf.len();
-        self.read(region, offset, len, buf)
+    /// The two dependent reads of a cold GET in one call: reads
+    /// `first.buf` at `first.offset` of `first.region`, then the span of
+    /// `second` that `pick` chooses from those bytes into `out`. `pick`
+    /// sees the first read's bytes unchecked and only chooses where to
+    /// read; `meanwhile` gets them (as now in `first.buf`) while the second
+    /// read is in flight, or before it: the caller checks them there before
+    /// it trusts either read. Returns whether the second read was made. The
+    /// default reads one after the other; an endpoint whose reads are round
+    /// trips posts the second read straight from the first's completion
+    /// (verbs: from its landing buffer, before the bytes are copied out).
+    fn read_dependent(&self, reads: DependentReads<'_>) -> Result<bool> {
+        read_in_turn(self, reads)
     }
 
     /// Hints that `len` bytes at `offset` will be read soon (a CPU prefetch
@@ -120,6 +135,20 @@ pub trait AsyncReads: Send + Sync {
     /// endpoint has no room now; the future gives the bytes. Same contract
     /// and bounds as [`Endpoint::read`].
     fn read_async(&self, region: &RegionDescriptor, offset: u64, len: usize) -> ReadFuture;
+}
+
+/// [`Endpoint::read_dependent`] as two reads one after the other.
+pub(crate) fn read_in_turn<E: Endpoint + ?Sized>(ep: &E, r: DependentReads<'_>) -> Result<bool> {
+    let len = r.first.buf.len();
+    ep.read(r.first.region, r.first.offset, len, r.first.buf)?;
+    let span = (r.pick)(r.first.buf);
+    (r.meanwhile)(r.first.buf);
+    let Some((offset, len)) = span else {
+        return Ok(false);
+    };
+    r.out.resize(len, 0);
+    ep.read(r.second, offset, len, r.out)?;
+    Ok(true)
 }
 
 /// Checks a read's bounds against its descriptor.

@@ -28,7 +28,7 @@ use ferrite_proto::FormatError;
 use crate::client::cache::BucketCache;
 use crate::client::counters::{Counter, Counters};
 use crate::client::error::Result;
-use crate::fabric::{AsyncReads, Endpoint};
+use crate::fabric::{AsyncReads, BatchRead, DependentReads, Endpoint};
 
 mod async_get;
 mod batch;
@@ -287,29 +287,57 @@ impl OneSidedReader {
         ))
     }
 
-    /// Reads a bucket of a target, from the cache when allowed (then
-    /// `true`; checked). A bucket read fresh is returned unchecked: the
-    /// caller checks it with [`checked_bucket`] before trusting anything
-    /// it says.
+    /// A bucket of a target's chain: from the cache when allowed (checked),
+    /// else read fresh together with the record its first slot with
+    /// `fingerprint` points to (into `out`; [`Endpoint::read_dependent`]:
+    /// the record read is chosen from the bucket's bytes unchecked, and the
+    /// bucket is checked, and cached, while it is in flight). Nothing the
+    /// fresh bucket says is trusted before [`Fetched::valid`].
     fn bucket(
         &self,
         regions: &TargetRegions,
         index: u64,
-        use_cache: bool,
+        probe: &Probe<'_>,
+        out: &mut Vec<u8>,
         counters: &Counters,
-    ) -> Result<(Bucket, bool)> {
+    ) -> Result<Fetched> {
         let target = regions.buckets.target;
-        if use_cache {
-            if let Some(b) = self.cache.get(target, index) {
+        if probe.use_cache {
+            if let Some(bucket) = self.cache.get(target, index) {
                 counters.add(Counter::CacheHit, 1);
-                return Ok((b, true));
+                return Ok(Fetched {
+                    bucket,
+                    cached: true,
+                    valid: true,
+                    first_read: false,
+                });
             }
         }
-        let offset = index * BUCKET_BYTES as u64;
-        let mut b = Bucket([0; BUCKET_BYTES]);
-        self.endpoint
-            .read(&regions.buckets, offset, BUCKET_BYTES, &mut b.0)?;
-        Ok((b, false))
+        let mut bucket = Bucket([0; BUCKET_BYTES]);
+        let mut valid = false;
+        let first = BatchRead {
+            region: &regions.buckets,
+            offset: index * BUCKET_BYTES as u64,
+            buf: &mut bucket.0,
+        };
+        let fingerprint = probe.fingerprint;
+        let first_read = self.endpoint.read_dependent(DependentReads {
+            first,
+            second: &regions.log,
+            pick: &mut |bytes| first_span(regions, bytes, fingerprint),
+            out,
+            meanwhile: &mut |bytes| {
+                valid = (bytes.try_into().ok().map(Bucket))
+                    .and_then(|b| checked_bucket(&self.cache, target, index, b))
+                    .is_some();
+            },
+        })?;
+        Ok(Fetched {
+            bucket,
+            cached: false,
+            valid,
+            first_read,
+        })
     }
 
     /// One walk of the bucket chain. A record that fails its check twice
@@ -326,42 +354,38 @@ impl OneSidedReader {
             regions,
             main_index,
             fingerprint,
-            use_cache,
             failed_fresh,
             range,
+            ..
         } = *probe;
         let bucket_count = regions.buckets.length / BUCKET_BYTES as u64;
         let mut index = main_index;
         let mut any_cached = false;
         for _ in 0..CHAIN_MAX {
-            let (bucket, cached) = self.bucket(regions, index, use_cache, counters)?;
-            any_cached |= cached;
-            // A bucket just read is checked (and cached) while the first
-            // record read it leads to is in flight, off the critical path of
-            // the two dependent reads; nothing it says is trusted before.
+            let f = self.bucket(regions, index, probe, out, counters)?;
+            any_cached |= f.cached;
             let target = regions.buckets.target;
-            let mut valid = cached.then_some(true);
-            let mut check = || {
-                *valid.get_or_insert_with(|| {
-                    checked_bucket(&self.cache, target, index, bucket).is_some()
-                })
-            };
-            for slot in bucket.matching(fingerprint) {
-                let found = self.check_slot(key, regions, slot, range, out, &mut || {
-                    check();
-                })?;
-                if !check() {
+            for (i, slot) in f.bucket.matching(fingerprint).enumerate() {
+                // A fresh bucket's first match was read with it (or has no
+                // span in the ring: stale, as check_slot says).
+                let found = match (i, f.cached, f.first_read) {
+                    (0, false, true) => check_record(key, slot, range, out),
+                    (0, false, false) => SlotCheck::Stale,
+                    _ => self.check_slot(key, regions, slot, range, out)?,
+                };
+                if !f.valid {
                     return Ok(Pass::Retry(None));
                 }
                 let invalidate = || self.cache.invalidate(target, index);
-                if let Some(pass) = slot_step(found, slot.addr, cached, failed_fresh, invalidate) {
+                if let Some(pass) = slot_step(found, slot.addr, f.cached, failed_fresh, invalidate)
+                {
                     return Ok(pass);
                 }
             }
-            if !check() {
+            if !f.valid {
                 return Ok(Pass::Retry(None));
             }
-            match next_link(&bucket, bucket_count, any_cached, &self.policy) {
+            match next_link(&f.bucket, bucket_count, any_cached, &self.policy) {
                 Ok(next) => index = next,
                 Err(end) => return Ok(end),
             }
@@ -369,10 +393,8 @@ impl OneSidedReader {
         Ok(not_found(any_cached, &self.policy))
     }
 
-    /// Reads and checks the record a slot points to, running `meanwhile`
-    /// while the read is in flight (or before it, see
-    /// [`Endpoint::read_meanwhile`]; not at all when the slot cannot point
-    /// into the ring).
+    /// Reads and checks the record a slot points to (not at all when the
+    /// slot cannot point into the ring).
     fn check_slot(
         &self,
         key: &RecordKey<'_>,
@@ -380,15 +402,34 @@ impl OneSidedReader {
         slot: ferrite_proto::bucket::Slot,
         range: Option<(u64, u32)>,
         out: &mut Vec<u8>,
-        meanwhile: &mut dyn FnMut(),
     ) -> Result<SlotCheck> {
         let Some((offset, len)) = record_span(regions, slot) else {
             return Ok(SlotCheck::Stale);
         };
         out.resize(len, 0);
-        (self.endpoint).read_meanwhile(&regions.log, offset, out, meanwhile)?;
+        (self.endpoint).read(&regions.log, offset, len, out)?;
         Ok(check_record(key, slot, range, out))
     }
+}
+
+/// A bucket of a chain as [`OneSidedReader::bucket`] got it.
+struct Fetched {
+    bucket: Bucket,
+    /// From the cache (checked when it was cached).
+    cached: bool,
+    /// Its CRC checks (always, when cached).
+    valid: bool,
+    /// Read fresh, with the record of its first slot with the fingerprint.
+    first_read: bool,
+}
+
+/// Where the record of the first slot with `fingerprint` of the bucket
+/// `bytes` lies in the log (offset, length), if it can lie in the ring.
+/// The bytes are unchecked: this only chooses what to read.
+fn first_span(regions: &TargetRegions, bytes: &[u8], fingerprint: u32) -> Option<(u64, usize)> {
+    let bucket = Bucket(bytes.try_into().ok()?);
+    let slot = bucket.matching(fingerprint).next()?;
+    record_span(regions, slot)
 }
 
 /// What a checked slot means for a walk of the chain: `None` to go on

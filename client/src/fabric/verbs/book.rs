@@ -191,6 +191,17 @@ impl Book {
         (self.flights.iter()).position(|f| f.wr_id == wr_id && f.is_done())
     }
 
+    /// Where a completed read landed in the buffer (it stays filed until
+    /// taken), or why it failed; `None` while it is staged or in flight.
+    pub(super) fn landed_at(&self, wr_id: u64) -> Option<Result<usize, String>> {
+        let f = &self.flights[self.done_at(wr_id)?];
+        Some(match &f.landed {
+            Landed::Done(Ok(None)) => Ok(f.at),
+            Landed::Done(Err(cause)) => Err(cause.clone()),
+            _ => Err("a detached read has no landing range".into()),
+        })
+    }
+
     /// A completed read's bytes copied into `dst`, its flight gone; `None`
     /// while it is staged or in flight.
     pub(super) fn take_into(

@@ -192,19 +192,24 @@ impl Conn {
         }
     }
 
-    /// Posts `reads`, runs `meanwhile`, and blocks until each read has
-    /// landed in its `dsts` entry, filing other reads' completions on the
-    /// way.
+    /// Posts `reads` and blocks until each read has landed in its `dsts`
+    /// entry, filing other reads' completions on the way.
     pub(super) fn read_wait(
         &mut self,
         reads: &[Remote],
         dsts: &mut [&mut [u8]],
-        meanwhile: &mut dyn FnMut(),
     ) -> Result<(), String> {
+        let first = self.post_waiting(reads)?;
+        self.wait_posted(first, dsts)
+    }
+
+    /// Posts `reads`, waiting for room when the queue pair has none now;
+    /// returns the first one's `wr_id`.
+    fn post_waiting(&mut self, reads: &[Remote]) -> Result<u64, String> {
         let mut patience = Patience::default();
-        let first = loop {
+        loop {
             if let Some(first) = self.post(reads, false)? {
-                break first;
+                return Ok(first);
             }
             // No room: staged reads go out now (they may be what fills the
             // send queue), and completions free room.
@@ -212,9 +217,62 @@ impl Conn {
             if self.progress() == 0 {
                 patience.idle(self)?;
             }
+        }
+    }
+
+    /// Two dependent reads: posts `first`, and from the poll that finds it
+    /// landed posts the read `pick` chooses from its bytes in the landing
+    /// buffer (`None`: no second read), before anything else is done with
+    /// them; then copies them into `dst` and runs `meanwhile` on them while
+    /// the second read is in flight. Returns the second read's `wr_id`
+    /// (wait for it with [`Conn::wait_posted`]).
+    pub(super) fn read_dependent(
+        &mut self,
+        first: Remote,
+        dst: &mut [u8],
+        pick: &mut dyn FnMut(&[u8]) -> Option<Remote>,
+        meanwhile: &mut dyn FnMut(&[u8]),
+    ) -> Result<Option<u64>, String> {
+        let id = self.post_waiting(&[first])?;
+        let at = match self.wait_landed(id) {
+            Ok(at) => at,
+            Err(cause) => {
+                self.abandon(id);
+                return Err(cause);
+            }
         };
-        meanwhile();
-        self.wait_posted(first, dsts)
+        let second = pick(&self.buf[at..at + dst.len()]);
+        let posted = match second {
+            Some(r) => self.post(&[r], false),
+            None => Ok(None),
+        };
+        let taken = self.take_into(id, dst);
+        let posted = posted?;
+        match taken {
+            Some(Ok(())) => {}
+            Some(Err(cause)) => return Err(cause),
+            None => return Err("landed read not found".into()),
+        }
+        meanwhile(dst);
+        match (posted, second) {
+            (Some(second_id), _) => Ok(Some(second_id)),
+            // No room for it at once: it goes now, waiting for room.
+            (None, Some(r)) => self.post_waiting(&[r]).map(Some),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Blocks until the read `wr_id` has landed; returns where, in the
+    /// landing buffer (the read stays filed until taken).
+    fn wait_landed(&mut self, wr_id: u64) -> Result<usize, String> {
+        let mut patience = Patience::default();
+        loop {
+            match self.book.landed_at(wr_id) {
+                Some(r) => return r,
+                None if self.progress() == 0 => patience.idle(self)?,
+                None => {}
+            }
+        }
     }
 
     /// Blocks until the reads posted from `first` on (one per `dsts`

@@ -58,7 +58,7 @@ use ferrite_proto::region::{RegionDescriptor, RegionKind};
 use crate::client::error::{Error, Result};
 use crate::client::onesided::{TargetRegions, RECORD_MAX_BYTES};
 pub use crate::fabric::BatchRead;
-use crate::fabric::{check_bounds, AsyncReads, Endpoint};
+use crate::fabric::{check_bounds, read_in_turn, AsyncReads, DependentReads, Endpoint};
 
 mod book;
 mod conn;
@@ -388,9 +388,7 @@ impl Shared {
             let mut dsts = pick_bufs(reads, chunk);
             match first {
                 Some(first) => g.wait_posted(first, &mut dsts).map_err(failed)?,
-                None => g
-                    .read_wait(&remotes, &mut dsts, &mut || {})
-                    .map_err(failed)?,
+                None => g.read_wait(&remotes, &mut dsts).map_err(failed)?,
             }
         }
         Ok(())
@@ -398,20 +396,65 @@ impl Shared {
 
     /// One read of at most [`BUFFER_BYTES`] (checked by the caller): one
     /// work request on this thread's queue pair, posted and polled without
-    /// the lists a batch builds (a GET's dependent reads come this way);
-    /// `meanwhile` runs between posting and polling.
-    fn read_one(
-        &self,
-        region: &RegionDescriptor,
-        offset: u64,
-        buf: &mut [u8],
-        meanwhile: &mut dyn FnMut(),
-    ) -> Result<()> {
+    /// the lists a batch builds.
+    fn read_one(&self, region: &RegionDescriptor, offset: u64, buf: &mut [u8]) -> Result<()> {
         let conn = self.conn(region.target)?;
         let r = remote(region, offset, buf.len());
         let mut g = lock(&conn);
-        g.read_wait(&[r], &mut [buf], meanwhile)
+        g.read_wait(&[r], &mut [buf])
             .map_err(|cause| read_failed(&self.url, region.region_id, cause))
+    }
+
+    /// [`Endpoint::read_dependent`] on this thread's queue pair: the
+    /// second read is posted from the poll that finds the first landed,
+    /// picked from the landing buffer; one lookup and lock of the queue
+    /// pair for both. A second read longer than [`BUFFER_BYTES`] is
+    /// returned to be read on its own after the first.
+    fn read_dependent(&self, reads: DependentReads<'_>) -> Result<bool> {
+        let DependentReads {
+            first,
+            second,
+            pick,
+            out,
+            meanwhile,
+        } = reads;
+        let conn = self.conn(first.region.target)?;
+        let r = remote(first.region, first.offset, first.buf.len());
+        let mut later = None;
+        let mut pick_remote = |bytes: &[u8]| {
+            let (offset, len) = pick(bytes)?;
+            if check_bounds(second, offset, len, len).is_err() || len > BUFFER_BYTES {
+                later = Some((offset, len));
+                return None;
+            }
+            out.resize(len, 0);
+            Some(remote(second, offset, len))
+        };
+        let mut g = lock(&conn);
+        let fused = (g.read_dependent(r, first.buf, &mut pick_remote, meanwhile))
+            .map_err(|cause| read_failed(&self.url, first.region.region_id, cause))?;
+        if let Some(second_id) = fused {
+            (g.wait_posted(second_id, &mut [out.as_mut_slice()]))
+                .map_err(|cause| read_failed(&self.url, second.region_id, cause))?;
+            return Ok(true);
+        }
+        drop(g);
+        let Some((offset, len)) = later else {
+            return Ok(false);
+        };
+        // Too long for the landing buffer (or out of bounds: the error).
+        out.resize(len, 0);
+        self.read(second, offset, out).map(|()| true)
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of `region`, in reads of at
+    /// most [`BUFFER_BYTES`].
+    fn read(&self, region: &RegionDescriptor, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_bounds(region, offset, buf.len(), buf.len())?;
+        for (i, chunk) in buf.chunks_mut(BUFFER_BYTES).enumerate() {
+            self.read_one(region, offset + (i * BUFFER_BYTES) as u64, chunk)?;
+        }
+        Ok(())
     }
 }
 
@@ -451,27 +494,16 @@ impl Endpoint for VerbsEndpoint {
         buf: &mut [u8],
     ) -> Result<()> {
         check_bounds(region, offset, len, buf.len())?;
-        for (i, chunk) in buf[..len].chunks_mut(BUFFER_BYTES).enumerate() {
-            let at = offset + (i * BUFFER_BYTES) as u64;
-            self.shared.read_one(region, at, chunk, &mut || {})?;
-        }
-        Ok(())
+        self.shared.read(region, offset, &mut buf[..len])
     }
 
-    fn read_meanwhile(
-        &self,
-        region: &RegionDescriptor,
-        offset: u64,
-        buf: &mut [u8],
-        meanwhile: &mut dyn FnMut(),
-    ) -> Result<()> {
-        check_bounds(region, offset, buf.len(), buf.len())?;
-        if buf.len() > BUFFER_BYTES {
-            meanwhile();
-            let len = buf.len();
-            return self.read(region, offset, len, buf);
+    fn read_dependent(&self, reads: DependentReads<'_>) -> Result<bool> {
+        let len = reads.first.buf.len();
+        check_bounds(reads.first.region, reads.first.offset, len, len)?;
+        if len > BUFFER_BYTES || reads.first.region.target != reads.second.target {
+            return read_in_turn(self, reads);
         }
-        self.shared.read_one(region, offset, buf, meanwhile)
+        self.shared.read_dependent(reads)
     }
 
     fn read_many(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {

@@ -174,3 +174,46 @@ fn landing_ranges_never_overlap_and_reuse_freed_gaps() {
         }
     }
 }
+
+#[test]
+fn a_landed_read_stays_filed_while_the_read_it_leads_to_is_posted() {
+    // A cold GET's bucket read lands; the record read is picked from its
+    // bytes in the landing buffer and staged before they are copied out.
+    let mut buf = vec![0u8; CAP];
+    let mut b = book(&buf);
+    let bucket = b.stage(&[remote(0, 64)], false, 64).unwrap();
+    let wrs = b.staged().to_vec();
+    b.mark_posted();
+    assert_eq!(b.landed_at(bucket), None, "in flight");
+    land(&mut b, &mut buf, &wrs[0], 0xb0);
+    let at = b.landed_at(bucket).unwrap().unwrap();
+    assert_eq!(at as u64, wrs[0].local_addr - buf.as_ptr() as u64);
+    assert!(buf[at..at + 64].iter().all(|&x| x == 0xb0));
+    let record = b.stage(&[remote(1, 152)], false, 64).unwrap();
+    let rec = b.staged()[0];
+    let rec_at = (rec.local_addr - buf.as_ptr() as u64) as usize;
+    assert!(
+        rec_at >= at + 64 || rec_at + 152 <= at,
+        "the bucket's range is still held"
+    );
+    b.mark_posted();
+    let mut bucket_bytes = [0u8; 64];
+    assert_eq!(b.take_into(bucket, &mut bucket_bytes, &buf), Some(Ok(())));
+    assert_eq!(bucket_bytes, [0xb0; 64], "the bytes the pick saw");
+    assert_eq!(b.landed_at(bucket), None, "taken");
+    land(&mut b, &mut buf, &rec, 0x5e);
+    let mut record_bytes = [0u8; 152];
+    assert_eq!(b.take_into(record, &mut record_bytes, &buf), Some(Ok(())));
+    assert_eq!(record_bytes, [0x5e; 152]);
+    // A failed read reports its cause and is dropped once abandoned.
+    let failed = b.stage(&[remote(2, 64)], false, 64).unwrap();
+    b.mark_posted();
+    b.complete(failed, Err("RDMA READ failed: flushed".into()), &buf);
+    assert_eq!(
+        b.landed_at(failed),
+        Some(Err("RDMA READ failed: flushed".into()))
+    );
+    b.abandon(failed);
+    assert_eq!(b.landed_at(failed), None);
+    assert!(b.flights.is_empty(), "nothing left filed");
+}
