@@ -14,13 +14,21 @@
 #    TCP): batches of 8 (one doorbell for the buckets, one for the records) and 8 get_async
 #    futures at a time (--async-gets) for ops/s; then
 #    FERRITE_LAT_ROUNDS (default 3) rounds, each of ib_read_lat (PERFTEST_LAT_ITERS, default
-#    5000 reads; of 2 bytes, and of the bench's bucket and record sizes), one GET at a time
+#    50000 reads, 2-2.5 s here: about as long as a GET run, so that both medians come from
+#    windows of the same length of a noisy host; of 2 bytes, and of the bench's bucket and
+#    record sizes), one GET at a time
 #    with cached buckets (--warm over 256 keys) and one GET at a time with no bucket cache
 #    (cold buckets: bucket READ, then record READ);
 # 4. prints "ferrite-verbs: ..." lines: each round's figures, then the medians over the
 #    rounds of GET p50/p99 (cached and cold) beside ib_read_lat's typical/p99, and their
-#    ratios (target <= 2.5: two reads per cold GET, one per cached bucket), also to
-#    size-matched reads. Rounds alternate the tools so that a busy host slows both alike;
+#    ratios (target <= 2.5: two reads per cold GET, one per cached bucket). perftest's
+#    "typical" is the median of its post-to-post times (both sides busy-poll), the same
+#    statistic as the GET p50. The target ratios compare reads of the same sizes: a cold
+#    GET to the mean typical of ib_read_lat reads of its two sizes (bucket, record), a
+#    cached one to reads of a record's size. Beside them, the ratios to perftest's default
+#    2-byte reads: under TCG a read of 80 bytes or more also pays the guest kernel's FPU
+#    save and restore for rxe's PCLMUL ICRC (about 7 us here), which 2-byte reads and
+#    hardware do not. Rounds alternate the tools so that a busy host slows both alike;
 #    medians drop an odd round.
 # Exits non-zero when a test or a bench run fails (perftest failing only drops the ratios).
 # Needs in /opt/ferrite/bin: ferrite-engine, ferrite and verbs_softroce-* (see
@@ -188,7 +196,7 @@ lat_s=${FERRITE_LAT_SECONDS:-3}
 BUCKET_BYTES=64 RECORD_BYTES=152
 # read_lat PORT [BYTES]: "typical p99" of one ib_read_lat run ("" when it fails).
 read_lat() {
-    line=$(PERFTEST_LAT_ITERS=${PERFTEST_LAT_ITERS:-5000} perftest.sh lat "$@")
+    line=$(PERFTEST_LAT_ITERS=${PERFTEST_LAT_ITERS:-50000} perftest.sh lat "$@")
     echo "$line" >&2
     echo "$line" | sed -n 's/.* t_typical_us=\([0-9.]*\).* t_p99_us=\([0-9.]*\) PASS$/\1 \2/p'
 }
@@ -209,7 +217,8 @@ while [ "$bench_rc" -eq 0 ] && [ "$round" -le "$rounds" ]; do
     # The same keys with no bucket cache: bucket READ, then record READ, per GET.
     bench "cold$round" --keys 256 --no-load --bucket-cache 0 --pipeline 1 -t "$lat_s" || { bench_rc=1; break; }
     warm_p50="$warm_p50 $w50" warm_p99="$warm_p99 $w99" cold_p50="$cold_p50 $p50" cold_p99="$cold_p99 $p99"
-    echo "ferrite-verbs: round $round: ib_read_lat typical $(first "$t") us p99 $(second "$t") us ($BUCKET_BYTES B: $(first "$tb") us, $RECORD_BYTES B: $(first "$tr") us); GET cached p50 $w50 us p99 $w99 us (bucket cache hits per GET $wcached, ratio $(ratio "$w50" "$(first "$t")")); GET cold p50 $p50 us p99 $p99 us (bucket cache hits per GET $cached, ratio $(ratio "$p50" "$(first "$t")"))"
+    mean2=$(awk -v a="$(first "$tb")" -v b="$(first "$tr")" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", (a + b) / 2 }')
+    echo "ferrite-verbs: round $round: ib_read_lat typical 2 B $(first "$t") us ($BUCKET_BYTES B: $(first "$tb") us, $RECORD_BYTES B: $(first "$tr") us), p99 $(second "$t") us; GET cached p50 $w50 us p99 $w99 us (bucket cache hits per GET $wcached; ratio to $RECORD_BYTES-byte reads $(ratio "$w50" "$(first "$tr")"), to 2-byte reads $(ratio "$w50" "$(first "$t")")); GET cold p50 $p50 us p99 $p99 us (bucket cache hits per GET $cached; ratio to reads of its sizes $(ratio "$p50" "${mean2:-0}"), to 2-byte reads $(ratio "$p50" "$(first "$t")"))"
     round=$((round + 1))
 done
 if [ "$bench_rc" -eq 0 ]; then
@@ -217,10 +226,10 @@ if [ "$bench_rc" -eq 0 ]; then
     mt=$(median $ib_typ) m99=$(median $ib_p99) mb=$(median $ib_b) mr=$(median $ib_r)
     # shellcheck disable=SC2086
     w50=$(median $warm_p50) w99=$(median $warm_p99) c50=$(median $cold_p50) c99=$(median $cold_p99)
-    two=$(awk -v a="${mb:-0}" -v b="${mr:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a + b }')
+    mean2=$(awk -v a="${mb:-0}" -v b="${mr:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", (a + b) / 2 }')
     echo "ferrite-verbs: medians of $rounds rounds: ib_read_lat typical ${mt:-?} us, p99 ${m99:-?} us; typical of $BUCKET_BYTES-byte reads ${mb:-?} us, of $RECORD_BYTES-byte reads ${mr:-?} us"
-    echo "ferrite-verbs: cached-bucket GET (1 RDMA READ of $RECORD_BYTES B): p50 $w50 us, p99 $w99 us; ratio p50/typical $(ratio "$w50" "$mt"), p99/p99 $(ratio "$w99" "$m99") (target <= 2.5); p50 / typical of $RECORD_BYTES-byte reads $(ratio "$w50" "$mr")"
-    echo "ferrite-verbs: cold-bucket GET (2 dependent RDMA READs: bucket $BUCKET_BYTES B, then record $RECORD_BYTES B): p50 $c50 us, p99 $c99 us; ratio p50/typical $(ratio "$c50" "$mt"), p99/p99 $(ratio "$c99" "$m99") (target <= 2.5); p50 / (typical $BUCKET_BYTES B + $RECORD_BYTES B) $(ratio "$c50" "${two:-0}")"
+    echo "ferrite-verbs: cached-bucket GET (1 RDMA READ of $RECORD_BYTES B): p50 $w50 us, p99 $w99 us; ratio p50 / typical of $RECORD_BYTES-byte reads $(ratio "$w50" "$mr") (target <= 2.5); to 2-byte reads: p50/typical $(ratio "$w50" "$mt"), p99/p99 $(ratio "$w99" "$m99")"
+    echo "ferrite-verbs: cold-bucket GET (2 dependent RDMA READs: bucket $BUCKET_BYTES B, then record $RECORD_BYTES B): p50 $c50 us, p99 $c99 us; ratio p50 / typical of reads of its sizes (mean of $BUCKET_BYTES B and $RECORD_BYTES B, ${mean2:-?} us) $(ratio "$c50" "${mean2:-0}") (target <= 2.5); to 2-byte reads: p50/typical $(ratio "$c50" "$mt"), p99/p99 $(ratio "$c99" "$m99")"
 fi
 engine_stop
 echo "ferrite-verbs: bench exit status $bench_rc"
