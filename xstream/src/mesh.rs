@@ -20,8 +20,13 @@ use crate::{TaskClass, XstreamId};
 
 pub(crate) type Message = Box<dyn FnOnce() + Send>;
 
-/// How long an idle pump sleeps at most before it checks its lanes again.
-const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_micros(500);
+/// How long an idle pump sleeps at most before it checks its lanes again: a
+/// backstop only. Every push wakes the pump through its waker; the lost
+/// cross-thread wakes this once guarded against at 500 µs (2,000 wakeups a
+/// second of an idle xstream) were glommio parking with runnable queues,
+/// fixed in vendor/glommio (vendor/PATCHES.md). A recheck that finds mail
+/// is counted ([`Mesh::lost_wakes`]) and logged.
+const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Messages the pump runs before it lets the task queues run.
 const PUMP_BUDGET: usize = 64;
@@ -54,6 +59,10 @@ struct Mailbox {
     /// everyone else.
     lanes: Vec<Lane<Message>>,
     waker: AtomicWaker,
+    /// Times the idle recheck timer, not a wake, ended the pump's wait.
+    rechecks: AtomicU64,
+    /// Of those, times the lanes had mail: a push whose wake was lost.
+    lost_wakes: AtomicU64,
 }
 
 impl Mesh {
@@ -62,6 +71,8 @@ impl Mesh {
             .map(|_| Mailbox {
                 lanes: (0..=xstreams).map(|_| Lane::new(lane_capacity)).collect(),
                 waker: AtomicWaker::new(),
+                rechecks: AtomicU64::new(0),
+                lost_wakes: AtomicU64::new(0),
             })
             .collect();
         let uid = NEXT_MESH_UID.fetch_add(1, Ordering::Relaxed);
@@ -90,6 +101,23 @@ impl Mesh {
             .mailboxes
             .get(xs.0)
             .map_or(0, |m| m.lanes.iter().map(Lane::len).sum())
+    }
+
+    /// Times the pump of `xs` woke from idle by its recheck timer rather
+    /// than by a push (an idle xstream's periodic wakeups).
+    pub fn idle_rechecks(&self, xs: XstreamId) -> u64 {
+        self.inner
+            .mailboxes
+            .get(xs.0)
+            .map_or(0, |m| m.rechecks.load(Ordering::Relaxed))
+    }
+
+    /// Pushes, on every xstream, whose wake was lost: found by the idle
+    /// recheck instead (0 unless the executor loses wakeups).
+    pub fn lost_wakes(&self) -> u64 {
+        (self.inner.mailboxes.iter())
+            .map(|m| m.lost_wakes.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// True once the set began shutting down.
@@ -289,7 +317,14 @@ impl Mesh {
                     closed: &self.inner.closed,
                 };
                 let recheck = glommio::timer::Timer::new(IDLE_RECHECK);
-                futures::future::select(std::pin::pin!(mail), std::pin::pin!(recheck)).await;
+                let (mail, recheck) = (std::pin::pin!(mail), std::pin::pin!(recheck));
+                let timed_out = matches!(
+                    futures::future::select(mail, recheck).await,
+                    futures::future::Either::Right(_)
+                );
+                if timed_out {
+                    mailbox.note_recheck(me);
+                }
             }
         }
         for lane in &mailbox.lanes {
@@ -336,6 +371,21 @@ impl Future for Push {
     }
 }
 
+impl Mailbox {
+    fn has_mail(&self) -> bool {
+        self.lanes.iter().any(|l| !l.is_empty())
+    }
+
+    /// Counts a wait the recheck timer ended, and a lost wake if there was
+    /// mail (logged the first time).
+    fn note_recheck(&self, me: XstreamId) {
+        self.rechecks.fetch_add(1, Ordering::Relaxed);
+        if self.has_mail() && self.lost_wakes.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(xstream = me.0, "mailbox pump found mail its waker missed");
+        }
+    }
+}
+
 struct WaitForMail<'a> {
     mailbox: &'a Mailbox,
     closed: &'a AtomicBool,
@@ -347,8 +397,7 @@ impl Future for WaitForMail<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         self.mailbox.waker.register(cx.waker());
         fence(Ordering::SeqCst);
-        let has_mail = self.mailbox.lanes.iter().any(|l| !l.is_empty());
-        if has_mail || self.closed.load(Ordering::SeqCst) {
+        if self.mailbox.has_mail() || self.closed.load(Ordering::SeqCst) {
             Poll::Ready(())
         } else {
             Poll::Pending
