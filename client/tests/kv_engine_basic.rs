@@ -146,6 +146,12 @@ fn kv_operations_over_unix_and_tcp() {
     let stat = unix.stat().unwrap();
     assert_eq!(stat.targets.len(), 1);
     assert!(!stat.regions.is_empty());
+    // Every message to the target's xstream woke its pump itself.
+    let lost = stat.target_counters[0]
+        .counters
+        .iter()
+        .find(|(n, _)| n == "xstream_lost_wakes");
+    assert_eq!(lost.map(|c| c.1), Some(0), "{:?}", stat.target_counters[0]);
 }
 
 #[test]

@@ -295,6 +295,12 @@ impl Target {
                 }
             }
         }
+        if let (Some(mesh), Some(me)) =
+            (ferrite_xstream::current_mesh(), ferrite_xstream::current())
+        {
+            counters.push(("xstream_idle_rechecks".into(), mesh.idle_rechecks(me)));
+            counters.push(("xstream_lost_wakes".into(), mesh.lost_wakes()));
+        }
         TargetStat {
             target: self.index,
             counters,
