@@ -32,6 +32,7 @@ use crate::fabric::{AsyncReads, BatchRead, DependentReads, Endpoint};
 
 mod async_get;
 mod batch;
+mod peek;
 
 pub use async_get::AsyncLookupFuture;
 
@@ -406,6 +407,17 @@ impl OneSidedReader {
         let Some((offset, len)) = record_span(regions, slot) else {
             return Ok(SlotCheck::Stale);
         };
+        if len >= peek::PEEK_MIN_BYTES {
+            let head = peek::head_len(key);
+            out.resize(head, 0);
+            (self.endpoint).read_meanwhile(&regions.log, offset, out, meanwhile)?;
+            if let Some(verdict) = peek::peek(key, slot, range, out) {
+                return Ok(verdict);
+            }
+            out.resize(len, 0);
+            self.endpoint.read(&regions.log, offset, len, out)?;
+            return Ok(check_record(key, slot, range, out));
+        }
         out.resize(len, 0);
         (self.endpoint).read(&regions.log, offset, len, out)?;
         Ok(check_record(key, slot, range, out))
