@@ -276,6 +276,7 @@ impl OneSidedReader {
                 use_cache,
                 failed_fresh,
                 range,
+                key_bytes: key.dkey.len() + key.akey.len(),
             };
             match self.pass(key, &probe, out, counters)? {
                 Pass::Done(found) => return Ok(settle(found, counters)),
@@ -325,7 +326,7 @@ impl OneSidedReader {
         let first_read = self.endpoint.read_dependent(DependentReads {
             first,
             second: &regions.log,
-            pick: &mut |bytes| first_span(regions, bytes, fingerprint),
+            pick: &mut |bytes| first_span(regions, bytes, fingerprint, probe.key_bytes),
             out,
             meanwhile: &mut |bytes| {
                 valid = (bytes.try_into().ok().map(Bucket))
@@ -370,7 +371,7 @@ impl OneSidedReader {
                 // A fresh bucket's first match was read with it (or has no
                 // span in the ring: stale, as check_slot says).
                 let found = match (i, f.cached, f.first_read) {
-                    (0, false, true) => check_record(key, slot, range, out),
+                    (0, false, true) => self.check_read(key, regions, slot, range, out)?,
                     (0, false, false) => SlotCheck::Stale,
                     _ => self.check_slot(key, regions, slot, range, out)?,
                 };
@@ -407,19 +408,34 @@ impl OneSidedReader {
         let Some((offset, len)) = record_span(regions, slot) else {
             return Ok(SlotCheck::Stale);
         };
-        if len >= peek::PEEK_MIN_BYTES {
-            let head = peek::head_len(key);
-            out.resize(head, 0);
-            (self.endpoint).read_meanwhile(&regions.log, offset, out, meanwhile)?;
+        let want = peek::first_read_len(key, len);
+        out.resize(want, 0);
+        (self.endpoint).read(&regions.log, offset, want, out)?;
+        self.check_read(key, regions, slot, range, out)
+    }
+
+    /// Checks the record of `slot` from the bytes read of it so far (in
+    /// `out`: the whole record, or for a big one just its head, as
+    /// [`peek::first_read_len`] chose); a head that may lead to the value
+    /// is followed by a read of the whole record.
+    fn check_read(
+        &self,
+        key: &RecordKey<'_>,
+        regions: &TargetRegions,
+        slot: ferrite_proto::bucket::Slot,
+        range: Option<(u64, u32)>,
+        out: &mut Vec<u8>,
+    ) -> Result<SlotCheck> {
+        let Some((offset, len)) = record_span(regions, slot) else {
+            return Ok(SlotCheck::Stale);
+        };
+        if out.len() < len {
             if let Some(verdict) = peek::peek(key, slot, range, out) {
                 return Ok(verdict);
             }
             out.resize(len, 0);
-            self.endpoint.read(&regions.log, offset, len, out)?;
-            return Ok(check_record(key, slot, range, out));
+            (self.endpoint).read(&regions.log, offset, len, out)?;
         }
-        out.resize(len, 0);
-        (self.endpoint).read(&regions.log, offset, len, out)?;
         Ok(check_record(key, slot, range, out))
     }
 }
@@ -438,10 +454,18 @@ struct Fetched {
 /// Where the record of the first slot with `fingerprint` of the bucket
 /// `bytes` lies in the log (offset, length), if it can lie in the ring.
 /// The bytes are unchecked: this only chooses what to read.
-fn first_span(regions: &TargetRegions, bytes: &[u8], fingerprint: u32) -> Option<(u64, usize)> {
+/// A big record's head only (see [`peek`]): `key_bytes` is the key's dkey
+/// and akey length.
+fn first_span(
+    regions: &TargetRegions,
+    bytes: &[u8],
+    fingerprint: u32,
+    key_bytes: usize,
+) -> Option<(u64, usize)> {
     let bucket = Bucket(bytes.try_into().ok()?);
     let slot = bucket.matching(fingerprint).next()?;
-    record_span(regions, slot)
+    let (offset, len) = record_span(regions, slot)?;
+    Some((offset, peek::read_len(key_bytes, len)))
 }
 
 /// What a checked slot means for a walk of the chain: `None` to go on
@@ -627,6 +651,8 @@ struct Probe<'a> {
     failed_fresh: Option<u64>,
     /// The byte range wanted of an array (`None`: a single value).
     range: Option<(u64, u32)>,
+    /// Length of the key's dkey and akey.
+    key_bytes: usize,
 }
 
 enum SlotCheck {

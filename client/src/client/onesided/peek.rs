@@ -34,6 +34,21 @@ pub(super) fn head_len(key: &RecordKey<'_>) -> usize {
     HEADER_BYTES + key.dkey.len() + key.akey.len()
 }
 
+/// Bytes to read first of a `len`-byte record of `key`: all of it, or for
+/// a big record its head.
+pub(super) fn first_read_len(key: &RecordKey<'_>, len: usize) -> usize {
+    read_len(key.dkey.len() + key.akey.len(), len)
+}
+
+/// [`first_read_len`] for a key whose dkey and akey are `key_bytes` long.
+pub(super) fn read_len(key_bytes: usize, len: usize) -> usize {
+    if len >= PEEK_MIN_BYTES {
+        (HEADER_BYTES + key_bytes).min(len)
+    } else {
+        len
+    }
+}
+
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
