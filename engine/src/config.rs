@@ -18,7 +18,7 @@
 //!
 //! [cache]
 //! ring_bytes = "64M"                      # record log ring per target (memory)
-//! buckets = 262144                        # main-area buckets per target (power of two)
+//! buckets = 262144                        # main-area buckets per target (any count ≥ 4)
 //! overflow_buckets = 65536
 //! hugetlb = false
 //! hot_value_max = "4K"                    # keep live values up to this size in the ring (0: off)
@@ -323,10 +323,11 @@ impl EngineConfig {
                 ));
             }
         }
-        if !self.cache.buckets.is_power_of_two() {
+        if !(4..=crate::store::MAX_MAIN_BUCKETS).contains(&self.cache.buckets) {
             return bad(format!(
-                "cache.buckets {} is not a power of two",
-                self.cache.buckets
+                "cache.buckets {} is not between 4 and {}",
+                self.cache.buckets,
+                crate::store::MAX_MAIN_BUCKETS
             ));
         }
         let frame = self.limits.max_frame_bytes.0;
@@ -403,8 +404,10 @@ mod tests {
         assert!(EngineConfig::from_toml_str("[cache]\nring_bytes = \"8Q\"").is_err());
         let remote = EngineConfig::from_toml_str("[listen]\ntcp = \"0.0.0.0:1\"").unwrap();
         assert!(remote.validate().is_err(), "non-loopback without a token");
+        let tiny = EngineConfig::from_toml_str("[cache]\nbuckets = 2").unwrap();
+        assert!(tiny.validate().is_err());
         let odd = EngineConfig::from_toml_str("[cache]\nbuckets = 1000").unwrap();
-        assert!(odd.validate().is_err());
+        assert!(odd.validate().is_ok(), "any main bucket count from 4");
         let none = EngineConfig::from_toml_str("[listen]\ntcp = \"\"\nunix = \"\"").unwrap();
         assert!(none.validate().is_err());
         let provider = EngineConfig::from_toml_str("[fabric]\nproviders = [\"ib\"]").unwrap();

@@ -102,7 +102,10 @@ fn racing_one_sided_readers_never_accept_foreign_bytes() {
     let done_w = done.clone();
     let writer = glommio::LocalExecutorBuilder::default()
         .spawn(move || async move {
+            // A main area that is not a power of two: readers and writer
+            // index it by the scaled hash (proto KeyHash::bucket_index).
             let cfg = StoreConfig {
+                bucket_count: 3000,
                 ring_bytes: 64 << 10,
                 max_commit_bytes: 16 << 10,
                 ..StoreConfig::small()

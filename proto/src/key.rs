@@ -66,10 +66,18 @@ pub fn dkey_hash(container: u64, object: u128, dkey: &[u8]) -> u64 {
 pub struct KeyHash(pub u64);
 
 impl KeyHash {
-    /// Main-area bucket index; `main_bucket_count` is a power of two.
+    /// Main-area bucket index (`main_bucket_count` ≥ 1, < 2^32): the low
+    /// bits of the hash when the count is a power of two; otherwise the
+    /// low 32 bits scaled to the count (`low32 × count >> 32`, a multiply
+    /// instead of a division), so that a table can be sized to any count.
+    /// Both use only the low 32 bits, which the fingerprint does not.
     pub fn bucket_index(self, main_bucket_count: u64) -> u64 {
-        debug_assert!(main_bucket_count.is_power_of_two());
-        self.0 & (main_bucket_count - 1)
+        debug_assert!((1..=u64::from(u32::MAX)).contains(&main_bucket_count));
+        if main_bucket_count.is_power_of_two() {
+            self.0 & (main_bucket_count - 1)
+        } else {
+            (u64::from(self.0 as u32) * main_bucket_count) >> 32
+        }
     }
 
     /// Slot fingerprint: the high 32 bits, never 0 (0 marks an empty slot).
@@ -98,6 +106,37 @@ pub fn target_of(dkey_hash: u64, target_count: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A power-of-two count indexes by mask (the layout stores had before);
+    /// any other count scales the low 32 bits: always in range, spread
+    /// evenly, and blind to the high 32 bits (the fingerprint's).
+    #[test]
+    fn bucket_index_fits_any_main_count() {
+        let h = |i: u64| KeyHash(xxh3_64(&i.to_le_bytes()));
+        for i in 0..1000 {
+            assert_eq!(h(i).bucket_index(1 << 12), h(i).0 & 0xfff);
+        }
+        for main in [3u64, 1000, 3000, 444_445, u64::from(u32::MAX)] {
+            for i in 0..1000 {
+                assert!(h(i).bucket_index(main) < main);
+            }
+        }
+        let main = 3000u64;
+        let mut counts = vec![0u32; main as usize];
+        for i in 0..300_000 {
+            counts[h(i).bucket_index(main) as usize] += 1;
+        }
+        let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(
+            *lo >= 50 && *hi <= 160,
+            "100 per bucket expected: {lo}..{hi}"
+        );
+        let k = KeyHash(0x1234_5678_9abc_def0);
+        assert_eq!(
+            k.bucket_index(main),
+            KeyHash(0xffff_ffff_9abc_def0).bucket_index(main)
+        );
+    }
 
     #[test]
     fn jump_hash_is_stable_and_spreads() {

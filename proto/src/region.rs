@@ -2,7 +2,7 @@
 //! handshake. 40 bytes each, little-endian (see `FORMAT.md`).
 //!
 //! A target exports two regions: its bucket array (`RegionKind::Buckets`:
-//! `param` = number of main-area buckets, a power of two; overflow buckets
+//! `param` = number of main-area buckets (1 to 2^32 − 1); overflow buckets
 //! follow them) and its record log ring (`RegionKind::Log`: `param` = ring
 //! bytes; the record at log address `a` starts at ring offset `a % param` and
 //! never wraps).
@@ -100,7 +100,8 @@ impl RegionDescriptor {
         match self.kind {
             RegionKind::Buckets => {
                 let main_bytes = self.param.checked_mul(crate::bucket::BUCKET_BYTES as u64);
-                if !self.param.is_power_of_two() || main_bytes.is_none_or(|m| m > self.length) {
+                let count_ok = (1..=u64::from(u32::MAX)).contains(&self.param);
+                if !count_ok || main_bytes.is_none_or(|m| m > self.length) {
                     return Err(range("param (bucket count)", self.param));
                 }
             }

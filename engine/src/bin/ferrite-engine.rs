@@ -53,7 +53,8 @@ struct Args {
     /// Record log ring per target, e.g. 64M.
     #[arg(long)]
     ring_bytes: Option<String>,
-    /// Main-area buckets per target (power of two).
+    /// Main-area buckets per target (any count ≥ 4; 3 slots each, plus an
+    /// overflow pool of a quarter as many buckets).
     #[arg(long)]
     buckets: Option<u64>,
     /// When updates are acknowledged: `device` (after the device flush) or

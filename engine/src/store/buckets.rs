@@ -14,6 +14,7 @@
 
 use crate::region::Region;
 use ferrite_proto::bucket::{Bucket, Slot, BUCKET_BYTES, SLOTS_PER_BUCKET};
+use ferrite_proto::key::KeyHash;
 use std::sync::Arc;
 
 /// Where a slot lives: bucket index and slot number.
@@ -48,7 +49,8 @@ pub struct BucketTable {
 }
 
 impl BucketTable {
-    /// A table of `main` (power of two) plus `overflow` buckets in `region`,
+    /// A table of `main` (any count ≥ 1: [`KeyHash::bucket_index`]) plus
+    /// `overflow` buckets in `region`,
     /// which must be at least that many buckets long. All buckets are reset.
     pub fn new(region: Arc<Region>, main: u64, overflow: u32) -> Self {
         let total = u32::try_from(main + u64::from(overflow)).unwrap_or(u32::MAX);
@@ -136,7 +138,7 @@ impl BucketTable {
 
     /// The main bucket of a key hash.
     pub fn home(&self, hash: u64) -> u32 {
-        (hash & (self.main - 1)) as u32
+        KeyHash(hash).bucket_index(self.main) as u32
     }
 
     /// Calls `visit` on every non-empty slot with `fingerprint` in the chain

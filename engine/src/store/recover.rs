@@ -36,10 +36,11 @@ impl Store {
             op: "channel",
             source,
         })?;
-        if !config.bucket_count.is_power_of_two() || config.bucket_count < 4 {
+        if !(4..=super::MAX_MAIN_BUCKETS).contains(&config.bucket_count) {
             return Err(StoreError::Invalid(format!(
-                "bucket_count {} is not a power of two ≥ 4",
-                config.bucket_count
+                "bucket_count {} is not between 4 and {}",
+                config.bucket_count,
+                super::MAX_MAIN_BUCKETS
             )));
         }
         let block0 = read_at(&*chan, &device, 0, HEADER_UNIT_BYTES).await?;
