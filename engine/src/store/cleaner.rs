@@ -54,14 +54,18 @@ pub(super) enum Step {
 }
 
 impl Store {
-    /// Is the log using much more than the live data (about 1.5× plus two
-    /// segments), or over three quarters of the device log?
+    /// Is the log using much more than the live data (1.25× plus a slack of
+    /// two segments, down to one when that is over a quarter of the live
+    /// data, so that a store of a few segments also stays within 2×), or
+    /// over three quarters of the device log? (The slack keeps a store with
+    /// little live data from cleaning, and checkpointing, all the time.)
     pub fn cleaning_wanted(&self) -> bool {
         let log = self.log.borrow();
         let used = log.head - log.tail;
         let live = self.live_bytes.get();
         let seg = self.config.segment_bytes;
-        used > live + live / 2 + 2 * seg || used > self.geo.log_bytes / 4 * 3
+        let slack = (2 * seg).min(live / 4).max(seg);
+        used > live + live / 4 + slack || used > self.geo.log_bytes / 4 * 3
     }
 
     /// One relocation step of the record `view` found at `origin`: appends
