@@ -15,7 +15,10 @@
 //! of the main area) and the smallest main area (any count) that holds the
 //! keys at a load of at most `--load`, so the measured load is `--load`
 //! (within 1 %). Then, per device, 4 KiB overwrites with the cleaner idle and
-//! with the cleaner busy, to compare foreground latency.
+//! with the cleaner busy, to compare foreground latency, and the log's use
+//! over the live data at the end (`log_used_over_live`) and at its highest
+//! after the cleaner's first pass (`log_used_over_live_peak`, sampled every
+//! 2 ms).
 //!
 //! With `--json` each figure is one line
 //! `{"name","unit","ferrite","peer","peer_name","ratio"}` (peer fields null;
@@ -194,6 +197,30 @@ mod imp {
             ring_bytes,
             ..StoreConfig::default()
         }
+    }
+
+    /// Samples the store's log use over its live data every 2 ms (on the
+    /// store's xstream) until the task is cancelled, from the end of the
+    /// cleaner's first pass on (the idle rounds before leave the log at
+    /// twice the live data by design); the cell holds the highest ratio.
+    fn sample_peak_used_over_live(
+        s: &Rc<Store>,
+    ) -> (Rc<std::cell::Cell<f64>>, glommio::task::JoinHandle<()>) {
+        let peak = Rc::new(std::cell::Cell::new(0.0f64));
+        let (s, cell) = (s.clone(), peak.clone());
+        let passes_before = s.stats().cleaner_passes;
+        let task = glommio::spawn_local(async move {
+            loop {
+                let st = s.stats();
+                if st.live_bytes > 0 && st.cleaner_passes > passes_before {
+                    let ratio = st.log_used_bytes as f64 / st.live_bytes as f64;
+                    cell.set(cell.get().max(ratio));
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        })
+        .detach();
+        (peak, task)
     }
 
     /// Updates every key once with `concurrency` tasks; returns (elapsed s,
@@ -470,6 +497,7 @@ mod imp {
                 }
                 let before = s.stats();
                 let cleaner = s.spawn_cleaner();
+                let (peak, sampler) = sample_peak_used_over_live(&s);
                 let mut busy = histogram();
                 let start = Instant::now();
                 for round in 2..8 {
@@ -487,6 +515,8 @@ mod imp {
                     busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 }
                 let busy_secs = start.elapsed().as_secs_f64();
+                let peak_used_over_live = peak.get();
+                sampler.cancel();
                 s.stop_cleaner();
                 cleaner.await;
                 let st = s.stats();
@@ -526,6 +556,7 @@ mod imp {
                         "ratio",
                         st.log_used_bytes as f64 / st.live_bytes.max(1) as f64,
                     ),
+                    f("log_used_over_live_peak", "ratio", peak_used_over_live),
                 ])
             })
         })
