@@ -76,20 +76,24 @@ pub fn record_len(key: &RecordKey<'_>, value_len: usize) -> usize {
     align_up(HEADER_BYTES + key.dkey.len() + key.akey.len() + value_len)
 }
 
-fn get_u16(b: &[u8], off: usize) -> u16 {
+/// The little-endian `u16` at byte `off` of `b` (panics past the end).
+pub fn get_u16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
-fn get_u32(b: &[u8], off: usize) -> u32 {
+/// The little-endian `u32` at byte `off` of `b` (panics past the end).
+pub fn get_u32(b: &[u8], off: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[off..off + 4]);
     u32::from_le_bytes(a)
 }
-fn get_u64(b: &[u8], off: usize) -> u64 {
+/// The little-endian `u64` at byte `off` of `b` (panics past the end).
+pub fn get_u64(b: &[u8], off: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[off..off + 8]);
     u64::from_le_bytes(a)
 }
-fn get_u128(b: &[u8], off: usize) -> u128 {
+/// The little-endian `u128` at byte `off` of `b` (panics past the end).
+pub fn get_u128(b: &[u8], off: usize) -> u128 {
     let mut a = [0u8; 16];
     a.copy_from_slice(&b[off..off + 16]);
     u128::from_le_bytes(a)

@@ -369,11 +369,14 @@ impl OneSidedReader {
             let target = regions.buckets.target;
             for (i, slot) in f.bucket.matching(fingerprint).enumerate() {
                 // A fresh bucket's first match was read with it (or has no
-                // span in the ring: stale, as check_slot says).
+                // span in the ring: stale, as check_read says).
                 let found = match (i, f.cached, f.first_read) {
                     (0, false, true) => self.check_read(key, regions, slot, range, out)?,
                     (0, false, false) => SlotCheck::Stale,
-                    _ => self.check_slot(key, regions, slot, range, out)?,
+                    _ => {
+                        out.clear();
+                        self.check_read(key, regions, slot, range, out)?
+                    }
                 };
                 if !f.valid {
                     return Ok(Pass::Retry(None));
@@ -395,29 +398,11 @@ impl OneSidedReader {
         Ok(not_found(any_cached, &self.policy))
     }
 
-    /// Reads and checks the record a slot points to (not at all when the
-    /// slot cannot point into the ring).
-    fn check_slot(
-        &self,
-        key: &RecordKey<'_>,
-        regions: &TargetRegions,
-        slot: ferrite_proto::bucket::Slot,
-        range: Option<(u64, u32)>,
-        out: &mut Vec<u8>,
-    ) -> Result<SlotCheck> {
-        let Some((offset, len)) = record_span(regions, slot) else {
-            return Ok(SlotCheck::Stale);
-        };
-        let want = peek::first_read_len(key, len);
-        out.resize(want, 0);
-        (self.endpoint).read(&regions.log, offset, want, out)?;
-        self.check_read(key, regions, slot, range, out)
-    }
-
-    /// Checks the record of `slot` from the bytes read of it so far (in
-    /// `out`: the whole record, or for a big one just its head, as
-    /// [`peek::first_read_len`] chose); a head that may lead to the value
-    /// is followed by a read of the whole record.
+    /// Checks the record of `slot` (not at all when the slot cannot point
+    /// into the ring) from the bytes of it already in `out`: none (read
+    /// first what [`peek::first_read_len`] says), its head, or all of it. A
+    /// head that may lead to the value is followed by a read of the whole
+    /// record.
     fn check_read(
         &self,
         key: &RecordKey<'_>,
@@ -429,6 +414,11 @@ impl OneSidedReader {
         let Some((offset, len)) = record_span(regions, slot) else {
             return Ok(SlotCheck::Stale);
         };
+        if out.is_empty() {
+            let want = peek::first_read_len(key, len);
+            out.resize(want, 0);
+            (self.endpoint).read(&regions.log, offset, want, out)?;
+        }
         if out.len() < len {
             if let Some(verdict) = peek::peek(key, slot, range, out) {
                 return Ok(verdict);

@@ -17,9 +17,10 @@
 use ferrite_proto::bucket::Slot;
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
-    RecordFlags, HEADER_BYTES, OFF_ADDR, OFF_AKEY_LEN, OFF_CONTAINER, OFF_DKEY_LEN,
-    OFF_EXTENT_OFFSET, OFF_FLAGS, OFF_FORMAT, OFF_MAGIC, OFF_OBJECT, OFF_STATE, OFF_VALUE_LEN,
-    OFF_VERSION, RECORD_ALIGN, RECORD_FORMAT_VERSION, RECORD_MAGIC, STATE_SUPERSEDED,
+    get_u128, get_u16, get_u32, get_u64, record_len, RecordFlags, HEADER_BYTES, OFF_ADDR,
+    OFF_AKEY_LEN, OFF_CONTAINER, OFF_DKEY_LEN, OFF_EXTENT_OFFSET, OFF_FLAGS, OFF_FORMAT, OFF_MAGIC,
+    OFF_OBJECT, OFF_STATE, OFF_VALUE_LEN, OFF_VERSION, RECORD_FORMAT_VERSION, RECORD_MAGIC,
+    STATE_SUPERSEDED,
 };
 
 use super::SlotCheck;
@@ -49,29 +50,13 @@ pub(super) fn read_len(key_bytes: usize, len: usize) -> usize {
     }
 }
 
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
-
 /// Whether the header and keys in `head` name `key`.
 fn same_key(key: &RecordKey<'_>, head: &[u8], dkey_len: u16, akey_len: u16) -> bool {
     let (d, a) = (key.dkey.len(), key.akey.len());
     usize::from(dkey_len) == d
         && usize::from(akey_len) == a
-        && u64_at(head, OFF_CONTAINER) == key.container
-        && u128::from_le_bytes(
-            head[OFF_OBJECT..OFF_OBJECT + 16]
-                .try_into()
-                .expect("16 bytes"),
-        ) == key.object
+        && get_u64(head, OFF_CONTAINER) == key.container
+        && get_u128(head, OFF_OBJECT) == key.object
         && &head[HEADER_BYTES..HEADER_BYTES + d] == key.dkey
         && &head[HEADER_BYTES + d..HEADER_BYTES + d + a] == key.akey
 }
@@ -90,10 +75,10 @@ pub(super) fn peek(
     if head.len() < head_len(key) {
         return None;
     }
-    if u32_at(head, OFF_MAGIC) != RECORD_MAGIC || head[OFF_FORMAT] != RECORD_FORMAT_VERSION {
+    if get_u32(head, OFF_MAGIC) != RECORD_MAGIC || head[OFF_FORMAT] != RECORD_FORMAT_VERSION {
         return Some(SlotCheck::Stale);
     }
-    let addr = u64_at(head, OFF_ADDR);
+    let addr = get_u64(head, OFF_ADDR);
     if addr != slot.addr {
         return Some(if addr > slot.addr {
             SlotCheck::Evicted
@@ -101,19 +86,17 @@ pub(super) fn peek(
             SlotCheck::Stale
         });
     }
-    let (dkey_len, akey_len) = (u16_at(head, OFF_DKEY_LEN), u16_at(head, OFF_AKEY_LEN));
+    let (dkey_len, akey_len) = (get_u16(head, OFF_DKEY_LEN), get_u16(head, OFF_AKEY_LEN));
     if !same_key(key, head, dkey_len, akey_len) {
         return None;
     }
-    let value_len = u32_at(head, OFF_VALUE_LEN) as usize;
-    let total = (HEADER_BYTES + usize::from(dkey_len) + usize::from(akey_len) + value_len)
-        .div_ceil(RECORD_ALIGN)
-        * RECORD_ALIGN;
+    // The key's parts are the header's (same_key), so this is its length.
+    let value_len = get_u32(head, OFF_VALUE_LEN) as usize;
     let flags = RecordFlags(head[OFF_FLAGS]);
-    if total != slot.length as usize
+    if record_len(key, value_len) != slot.length as usize
         || flags.has(RecordFlags::PAD)
-        || u32_at(head, OFF_STATE) & STATE_SUPERSEDED != 0
-        || u64_at(head, OFF_VERSION) as u16 != slot.version_low
+        || get_u32(head, OFF_STATE) & STATE_SUPERSEDED != 0
+        || get_u64(head, OFF_VERSION) as u16 != slot.version_low
     {
         return Some(SlotCheck::Stale);
     }
@@ -125,7 +108,7 @@ pub(super) fn peek(
         return Some(SlotCheck::NotPlain);
     }
     if let Some((offset, len)) = range {
-        let first = u64_at(head, OFF_EXTENT_OFFSET);
+        let first = get_u64(head, OFF_EXTENT_OFFSET);
         if offset < first || offset + u64::from(len) > first + value_len as u64 {
             return Some(SlotCheck::NotPlain);
         }
