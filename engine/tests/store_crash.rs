@@ -82,12 +82,14 @@ async fn verify(store: &Store, model: &HashMap<u32, KeyState>, seed: u64) {
         let ok = got == st.acked || st.inflight.as_ref().is_some_and(|i| *i == got);
         assert!(
             ok,
-            "seed {seed}: key {k}: found {:?}, acked {:?}, in flight {:?}",
+            "seed {seed}: key {k}: found {:?} ({:?} bytes), acked {:?} ({:?} bytes), in flight {:?}",
             got.as_ref()
                 .map(|v| String::from_utf8_lossy(&v[..v.len().min(20)]).to_string()),
+            got.as_ref().map(Vec::len),
             st.acked
                 .as_ref()
                 .map(|v| String::from_utf8_lossy(&v[..v.len().min(20)]).to_string()),
+            st.acked.as_ref().map(Vec::len),
             st.inflight.as_ref().map(|i| i
                 .as_ref()
                 .map(|v| String::from_utf8_lossy(&v[..v.len().min(20)]).to_string()))

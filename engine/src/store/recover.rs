@@ -220,6 +220,13 @@ impl Store {
             }
             let len = view.len();
             *max_version = (*max_version).max(view.version());
+            {
+                // The ring holds the replayed records of the last ring's
+                // worth before `at`: only those may be marked superseded.
+                let mut log = self.log.borrow_mut();
+                log.ring_valid_from = start;
+                log.head = at;
+            }
             self.apply_record(view.bytes(), at, None)?;
             // Refill the ring as we go: the last ring's worth of replayed
             // records stays resident (see `recover`).
