@@ -91,6 +91,20 @@ pub trait Bdev: Send + Sync + 'static {
     fn as_pmem(&self) -> Option<&pmem::PmemBdev> {
         None
     }
+    /// A new read-only descriptor of the regular file that holds this
+    /// device byte for byte (device offset = file offset), for another
+    /// process to map `MAP_SHARED` and read what completed writes put there.
+    /// `None` when the device is not such a file (malloc, block devices,
+    /// SPDK, wrappers). The file never shrinks while the device is open.
+    fn read_only_file(&self) -> Option<std::io::Result<std::fs::File>> {
+        None
+    }
+}
+
+/// Opens the file behind `fd` again, read-only (through `/proc/self/fd`, so
+/// that it works when the file was renamed or unlinked since).
+pub(crate) fn reopen_read_only(fd: &impl std::os::fd::AsRawFd) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// Shared handle to an open device.

@@ -199,6 +199,8 @@ unsafe fn flush_cache_lines(ptr: *const u8, len: usize) {
 pub struct PmemBdev {
     name: Arc<str>,
     memory: Arc<PmemMemory>,
+    /// The mapped file (for [`Bdev::read_only_file`]).
+    file: Arc<std::fs::File>,
 }
 
 /// A read-only view of a range of the mapping, without copying.
@@ -342,6 +344,7 @@ impl PmemBdev {
                 dirty_lo: AtomicU64::new(u64::MAX),
                 dirty_hi: AtomicU64::new(0),
             }),
+            file: Arc::new(file),
         })
     }
 
@@ -420,6 +423,9 @@ impl Bdev for PmemBdev {
     }
     fn as_pmem(&self) -> Option<&PmemBdev> {
         Some(self)
+    }
+    fn read_only_file(&self) -> Option<std::io::Result<std::fs::File>> {
+        Some(crate::reopen_read_only(&*self.file))
     }
 }
 

@@ -128,6 +128,7 @@ impl Store {
         let descs = TargetRegions {
             buckets: desc(RegionKind::Buckets, 1, total * 64, main),
             log: desc(RegionKind::Log, 2, ring, ring),
+            device: None,
         };
         let mut ep = ShmEndpoint::new();
         ep.insert(&descs.buckets, ShmMapping::map(&bfd, total * 64).unwrap())

@@ -20,7 +20,20 @@ fn embedded_engine_serves_and_recovers_after_shutdown() {
     assert!(tcp.ip().is_loopback());
     let unix = engine.unix_path().expect("unix listener").to_path_buf();
     assert_eq!(engine.urls().len(), 2);
-    assert_eq!(engine.regions().len(), 4, "buckets and log, shm and tcp");
+    let regions = engine.regions();
+    let kinds: Vec<_> = regions.iter().map(|r| (r.provider, r.kind)).collect();
+    use ferrite_proto::region::{Provider::*, RegionKind::*};
+    assert_eq!(
+        kinds,
+        [
+            (Shm, Buckets),
+            (Shm, Log),
+            (Shm, DeviceLog),
+            (Tcp, Buckets),
+            (Tcp, Log)
+        ],
+        "buckets and log over shm and tcp, and the file device's log over shm"
+    );
 
     let mut c = RawClient::connect_tcp(tcp, None).unwrap();
     let mut versions = Vec::new();
@@ -37,7 +50,11 @@ fn embedded_engine_serves_and_recovers_after_shutdown() {
         versions.push(v);
     }
     let mut u = RawClient::connect_unix(&unix, true).unwrap();
-    assert_eq!(u.fds.len(), 2, "shm fds of the one target's two regions");
+    assert_eq!(
+        u.fds.len(),
+        3,
+        "shm fds of the target's regions and device file"
+    );
     let r = u
         .call(&Request::Fetch {
             key: key(1, "k7", "a"),

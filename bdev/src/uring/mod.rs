@@ -201,6 +201,9 @@ impl Bdev for UringBdev {
             _ => true,
         }
     }
+    fn read_only_file(&self) -> Option<std::io::Result<std::fs::File>> {
+        (!self.block_device).then(|| crate::reopen_read_only(&*self.file))
+    }
     fn channel(&self) -> Result<Box<dyn Channel>> {
         Ok(Box::new(channel::UringChannel::new(
             Arc::clone(&self.name),

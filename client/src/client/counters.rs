@@ -10,6 +10,7 @@ const SHARDS: usize = 32;
 #[repr(align(128))]
 struct Shard {
     one_sided_hits: AtomicU64,
+    device_hits: AtomicU64,
     retries: AtomicU64,
     fallbacks: AtomicU64,
     cache_hits: AtomicU64,
@@ -35,6 +36,10 @@ impl Default for Counters {
 pub struct CounterSnapshot {
     /// GETs answered by one-sided reads alone (values and absent keys).
     pub one_sided_hits: u64,
+    /// Of those, lookups whose record had left the memory ring and was read
+    /// from the target's device log mapping (shm on a file-backed device);
+    /// the rest were read from the ring (or found the key absent).
+    pub device_hits: u64,
     /// Bucket re-reads after a mismatch (torn read, stale bucket, moved record).
     pub retries: u64,
     /// GETs that went to the engine by RPC after trying one-sided.
@@ -60,6 +65,7 @@ impl CounterSnapshot {
     pub fn since(&self, earlier: &Self) -> Self {
         Self {
             one_sided_hits: self.one_sided_hits - earlier.one_sided_hits,
+            device_hits: self.device_hits - earlier.device_hits,
             retries: self.retries - earlier.retries,
             fallbacks: self.fallbacks - earlier.fallbacks,
             cache_hits: self.cache_hits - earlier.cache_hits,
@@ -79,6 +85,7 @@ fn shard_index() -> usize {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Counter {
     OneSidedHit,
+    DeviceHit,
     Retry,
     Fallback,
     CacheHit,
@@ -91,6 +98,7 @@ impl Counters {
         let s = &self.shards[shard_index()];
         let c = match counter {
             Counter::OneSidedHit => &s.one_sided_hits,
+            Counter::DeviceHit => &s.device_hits,
             Counter::Retry => &s.retries,
             Counter::Fallback => &s.fallbacks,
             Counter::CacheHit => &s.cache_hits,
@@ -104,6 +112,7 @@ impl Counters {
         let mut out = CounterSnapshot::default();
         for s in self.shards.iter() {
             out.one_sided_hits += s.one_sided_hits.load(Ordering::Relaxed);
+            out.device_hits += s.device_hits.load(Ordering::Relaxed);
             out.retries += s.retries.load(Ordering::Relaxed);
             out.fallbacks += s.fallbacks.load(Ordering::Relaxed);
             out.cache_hits += s.cache_hits.load(Ordering::Relaxed);

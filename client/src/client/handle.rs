@@ -486,6 +486,38 @@ impl Client {
         })
     }
 
+    /// [`read_extent_one_sided`](Self::read_extent_one_sided) straight into
+    /// `buf` (`buf.len()` bytes at `offset`): `Some(true)` the bytes are in
+    /// `buf`; `Some(false)` the array does not exist (`buf` untouched);
+    /// `None` when only the engine can answer. The record is read into a
+    /// buffer kept per thread, so a read allocates nothing and copies the
+    /// bytes once out of it.
+    pub fn read_extent_one_sided_into(
+        &self,
+        key: &Key,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<bool>> {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let Some(reader) = &self.reader else {
+            return Ok(None);
+        };
+        self.check_alive("extent read")?;
+        let lookup = SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            scratch.clear();
+            let key = key.as_record_key();
+            reader.get_extent_into_slice(&key, offset, buf, &mut scratch, &self.counters)
+        })?;
+        Ok(match lookup {
+            Lookup::Found { .. } => Some(true),
+            Lookup::Absent => Some(false),
+            Lookup::Fallback(_) => None,
+        })
+    }
+
     /// Every dkey of an object, sorted (pages through the engine).
     pub fn list_dkeys(&self, container: u64, object: u128) -> Result<Vec<Vec<u8>>> {
         self.list_pages(|after| Request::ListDkeys {
@@ -593,21 +625,27 @@ fn build_reader(
     conn: &Arc<Connection>,
     opts: &ClientOptions,
 ) -> Result<Option<OneSidedReader>> {
-    let mut per_target: Vec<(Option<RegionDescriptor>, Option<RegionDescriptor>)> =
-        vec![(None, None); target_count];
+    let mut per_target: Vec<[Option<RegionDescriptor>; 3]> = vec![[None; 3]; target_count];
     for r in regions {
         let Some(t) = per_target.get_mut(usize::from(r.target)) else {
             return Ok(None);
         };
-        match r.kind {
-            RegionKind::Buckets => t.0 = Some(*r),
-            RegionKind::Log => t.1 = Some(*r),
-        }
+        let i = match r.kind {
+            RegionKind::Buckets => 0,
+            RegionKind::Log => 1,
+            RegionKind::DeviceLog => 2,
+        };
+        t[i] = Some(*r);
     }
     let mut targets = Vec::with_capacity(target_count);
     for t in per_target {
         match t {
-            (Some(buckets), Some(log)) => targets.push(TargetRegions { buckets, log }),
+            [Some(buckets), Some(log), device] => targets.push(TargetRegions {
+                buckets,
+                log,
+                // Only a shm endpoint maps device logs (the mapping below).
+                device: device.filter(|_| !fds.is_empty()),
+            }),
             _ => return Ok(None),
         }
     }
@@ -616,7 +654,11 @@ fn build_reader(
         cache_buckets = 0;
         let mut ep = ShmEndpoint::new();
         for (r, fd) in regions.iter().zip(&fds) {
-            ep.insert(r, ShmMapping::map(fd, r.length)?)?;
+            let mapping = match r.kind {
+                RegionKind::DeviceLog => ShmMapping::map_at(fd, r.remote_addr, r.length, false)?,
+                _ => ShmMapping::map(fd, r.length)?,
+            };
+            ep.insert(r, mapping)?;
         }
         Box::new(ep)
     } else if regions.iter().all(|r| r.provider == Provider::Tcp) {

@@ -57,9 +57,20 @@ unsafe impl Send for ShmMapping {}
 unsafe impl Sync for ShmMapping {}
 
 impl ShmMapping {
-    /// Maps the first `len` bytes of `fd` read-only and shared. The file must
-    /// be at least `len` bytes long (checked with fstat).
+    /// Maps the first `len` bytes of `fd` read-only and shared, page tables
+    /// populated (a memory region). The file must be at least `len` bytes
+    /// long (checked with fstat).
     pub fn map(fd: impl AsFd, len: u64) -> Result<Self> {
+        Self::map_at(fd, 0, len, true)
+    }
+
+    /// Maps `len` bytes of `fd` from file offset `offset` (a multiple of the
+    /// page size) read-only and shared; `populate` fills the page tables now
+    /// (for memory files: a GET must not take page faults; not for a device
+    /// file, where it would read the whole file in). The file must reach
+    /// `offset + len` (checked with fstat), so no read in the mapping can
+    /// fault past its end as long as the file does not shrink.
+    pub fn map_at(fd: impl AsFd, offset: u64, len: u64, populate: bool) -> Result<Self> {
         let fd = fd.as_fd().as_raw_fd();
         // SAFETY: fstat writes into the zeroed struct we own.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -70,26 +81,36 @@ impl ShmMapping {
                 std::io::Error::last_os_error(),
             ));
         }
-        if (st.st_size as u64) < len || len == 0 {
+        let end = offset.checked_add(len);
+        if end.is_none_or(|e| (st.st_size as u64) < e) || len == 0 {
             return Err(Error::Region {
                 region_id: 0,
-                reason: format!("shm file holds {} bytes, descriptor says {len}", st.st_size),
+                reason: format!(
+                    "shm file holds {} bytes, descriptor says {len} from {offset}",
+                    st.st_size
+                ),
             });
         }
-        let len = usize::try_from(len).map_err(|_| Error::Region {
+        let too_big = || Error::Region {
             region_id: 0,
-            reason: format!("region of {len} bytes does not fit the address space"),
-        })?;
-        // SAFETY: mapping a valid fd read-only; the kernel chooses the address.
+            reason: format!("region of {len} bytes at {offset} does not fit the address space"),
+        };
+        let len = usize::try_from(len).map_err(|_| too_big())?;
+        let file_offset = libc::off_t::try_from(offset).map_err(|_| too_big())?;
+        let flags = match populate {
+            true => libc::MAP_SHARED | libc::MAP_POPULATE,
+            false => libc::MAP_SHARED,
+        };
+        // SAFETY: mapping a valid fd read-only; the kernel chooses the address
+        // (and refuses an offset that is not page aligned).
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ,
-                // Populate the page tables now: a GET must not take page faults.
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                flags,
                 fd,
-                0,
+                file_offset,
             )
         };
         if ptr == libc::MAP_FAILED {
@@ -414,6 +435,22 @@ mod tests {
             "unmapped id"
         );
         assert!(ShmMapping::map(&fds[0], 8193).is_err(), "file too short");
+        // A window of the file from a page offset, as device logs are mapped.
+        let window = ShmMapping::map_at(&fds[0], 4096, 4096, false).unwrap();
+        let mut ep = ShmEndpoint::new();
+        ep.insert(&desc(7, 4096), window).unwrap();
+        // SAFETY: in bounds of the 8192-byte mapping.
+        unsafe { std::ptr::write_bytes(w.add(4096 + 10), 0xcd, 2) };
+        ep.read(&desc(7, 4096), 8, 4, &mut out).unwrap();
+        assert_eq!(&out[..4], &[0, 0, 0xcd, 0xcd]);
+        assert!(
+            ShmMapping::map_at(&fds[0], 4096, 4097, false).is_err(),
+            "past the end"
+        );
+        assert!(
+            ShmMapping::map_at(&fds[0], 100, 4096, false).is_err(),
+            "unaligned"
+        );
         // SAFETY: unmapping the test writer's mapping.
         unsafe { libc::munmap(w as *mut libc::c_void, 8192) };
     }

@@ -256,12 +256,14 @@ impl Namespace {
         let mut parts = Vec::new();
         for (index, within, pos, n) in pieces(chunk, offset, len) {
             let key = self.chunk_key(fh.entry.object, index);
+            let out = &mut buf[pos..pos + n];
             match self
                 .client
-                .read_extent_one_sided(&key, within, n as u32)
+                .read_extent_one_sided_into(&key, within, out)
                 .map_err(client_err(fh.name.clone()))?
             {
-                Some(found) => fill(&mut buf[pos..pos + n], found.map(|f| f.value)),
+                Some(true) => {}
+                Some(false) => out.fill(0),
                 None => parts.push((key, within, pos, n)),
             }
         }
@@ -385,14 +387,6 @@ fn settle_all<T>(leases: Vec<BulkLease>, outcome: &crate::client::Result<T>) {
     for lease in leases {
         lease.settle(outcome);
     }
-}
-
-/// Copies `value` into `out`, zero-filling what it does not reach (holes).
-fn fill(out: &mut [u8], value: Option<Vec<u8>>) {
-    let value = value.unwrap_or_default();
-    let k = value.len().min(out.len());
-    out[..k].copy_from_slice(&value[..k]);
-    out[k..].fill(0);
 }
 
 #[cfg(test)]

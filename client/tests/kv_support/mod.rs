@@ -66,6 +66,8 @@ impl EngineProc {
         Self::start_with(dir, &[])
     }
 
+    /// Starts an engine with `extra` flags (a `--bdev` among them replaces
+    /// the default device).
     pub fn start_with(dir: &Path, extra: &[&str]) -> Self {
         let sock = dir.join("engine.sock");
         let _ = std::fs::remove_file(&sock);
@@ -80,7 +82,10 @@ impl EngineProc {
                 "--providers",
                 "shm,tcp",
             ])
-            .args(["--bdev", "uring:{dir}/target-{i}.bdev?size=256M"])
+            .args(match extra.contains(&"--bdev") {
+                true => &[][..],
+                false => &["--bdev", "uring:{dir}/target-{i}.bdev?size=256M"][..],
+            })
             .arg("--unix")
             .arg(&sock)
             .args(extra)

@@ -172,6 +172,29 @@ fn register_all<F: Fabric>(fabric: F, regions: &[StoreRegions]) -> Result<F> {
     Ok(fabric)
 }
 
+/// Registers every target's regions with the shm provider, and the log
+/// area of each device that is a regular file (region ids after the memory
+/// regions': `2 · targets + target`), as long as a Welcome has room for
+/// them.
+fn register_shm(regions: &[StoreRegions]) -> Result<ShmFabric> {
+    let fabric = register_all(ShmFabric::default(), regions)?;
+    if 3 * regions.len() > ferrite_proto::rpc::handshake::MAX_REGIONS {
+        tracing::info!(
+            targets = regions.len(),
+            "too many targets to export device logs"
+        );
+        return Ok(fabric);
+    }
+    for r in regions {
+        let Some(device) = &r.device_log else {
+            continue;
+        };
+        let id = (2 * regions.len() + usize::from(r.target)) as u32;
+        fabric.register_file(device.file.clone(), device.descriptor(r.target, id))?;
+    }
+    Ok(fabric)
+}
+
 impl Engine {
     /// Starts an engine: opens or recovers every target, registers the
     /// regions, starts listening. Returns once it accepts connections.
@@ -185,7 +208,7 @@ impl Engine {
         let cores = config.resolve_cores()?;
         let (set, regions) = start_targets(&config, cores)?;
         let shm = match config.has_provider("shm") {
-            true => Some(register_all(ShmFabric::default(), &regions)?),
+            true => Some(register_shm(&regions)?),
             false => None,
         };
         #[cfg(feature = "rdma")]

@@ -182,6 +182,36 @@ pub struct StoreRegions {
     /// Ring bytes (descriptor `param` of the log region).
     pub ring_bytes: u64,
     pub target: u16,
+    /// The device's log area, when the device is a regular file.
+    pub device_log: Option<DeviceLog>,
+}
+
+/// The log area of a target's device file, for the shm provider to export
+/// read-only (`RegionKind::DeviceLog`, `ferrite-proto`'s `FORMAT.md`).
+#[derive(Debug, Clone)]
+pub struct DeviceLog {
+    /// The device file, opened read-only.
+    pub file: Arc<std::fs::File>,
+    /// File offset of log address 0 (the geometry's `log_offset`).
+    pub file_offset: u64,
+    /// Device log bytes: log address `a` is at `file_offset + a % log_bytes`.
+    pub log_bytes: u64,
+}
+
+impl DeviceLog {
+    /// Its descriptor for the shm provider, with region id `region_id`.
+    pub fn descriptor(&self, target: u16, region_id: u32) -> RegionDescriptor {
+        RegionDescriptor {
+            provider: Provider::Shm,
+            kind: RegionKind::DeviceLog,
+            target,
+            region_id,
+            length: self.log_bytes,
+            param: self.log_bytes,
+            access_key: 0,
+            remote_addr: self.file_offset,
+        }
+    }
 }
 
 impl StoreRegions {
@@ -269,7 +299,7 @@ struct Counters {
 /// The record store of one target. See the module docs.
 pub struct Store {
     device: String,
-    _bdev: BdevRef,
+    bdev: BdevRef,
     chan: Box<dyn Channel>,
     geo: Geometry,
     config: StoreConfig,
@@ -313,7 +343,34 @@ impl Store {
             main_bucket_count: self.table.borrow().main_count(),
             ring_bytes: self.geo.ring_bytes,
             target: self.config.target,
+            device_log: self.device_log(),
         }
+    }
+
+    /// The device's log area as [`StoreRegions::device_log`] exports it:
+    /// `None` when the device is not a regular file, or its file cannot be
+    /// opened again (then logged; clients read evicted records by RPC).
+    fn device_log(&self) -> Option<DeviceLog> {
+        let file = match self.bdev.read_only_file()? {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(device = %self.device, error = %e, "device log not exported");
+                return None;
+            }
+        };
+        let aligned = self.geo.log_offset % ferrite_proto::region::DEVICE_LOG_ALIGN == 0;
+        let fits = file
+            .metadata()
+            .is_ok_and(|m| m.len() >= self.geo.log_offset + self.geo.log_bytes);
+        if !aligned || !fits {
+            tracing::warn!(device = %self.device, "device log not exported: layout");
+            return None;
+        }
+        Some(DeviceLog {
+            file: Arc::new(file),
+            file_offset: self.geo.log_offset,
+            log_bytes: self.geo.log_bytes,
+        })
     }
 
     /// Mean bucket reads a one-sided reader makes to reach a key's slot

@@ -80,7 +80,7 @@ impl Store {
         let table = BucketTable::new(buckets, config.bucket_count, config.overflow_buckets);
         let store = Self {
             device,
-            _bdev: bdev,
+            bdev,
             chan,
             geo,
             config,

@@ -11,6 +11,12 @@
 //! 5. on any mismatch read the bucket again, within a time and attempt
 //!    budget; then give up and let the caller ask by RPC.
 //!
+//! A record that has left the memory ring is read from the target's device
+//! log mapping instead, when the endpoint has one (shm on a file-backed
+//! device), and checked the same way. The device holds no superseded bit,
+//! so only a bucket read fresh, before the record, may lead there: the
+//! value is then the one published when the bucket was read.
+//!
 //! What is returned was the key's published value when its superseded bit
 //! was read as clear, a moment inside the call; the engine sets that bit on
 //! the old record before it acknowledges the newer write, so it was also the
@@ -21,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use ferrite_proto::bucket::{Bucket, BUCKET_BYTES};
 use ferrite_proto::key::{target_of, RecordKey};
-use ferrite_proto::record::{RecordFlags, RecordView, HEADER_BYTES, VALUE_MAX_BYTES};
+use ferrite_proto::record::{
+    RecordFlags, RecordView, HEADER_BYTES, OFF_EXTENT_OFFSET, VALUE_MAX_BYTES,
+};
 use ferrite_proto::region::RegionDescriptor;
 use ferrite_proto::FormatError;
 
@@ -42,11 +50,15 @@ pub const RECORD_MAX_BYTES: usize = HEADER_BYTES + 2 * 4096 + VALUE_MAX_BYTES + 
 /// Overflow buckets followed at most per lookup.
 pub const CHAIN_MAX: usize = 64;
 
-/// The two regions of one target.
+/// The regions of one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TargetRegions {
     pub buckets: RegionDescriptor,
     pub log: RegionDescriptor,
+    /// The log area of the target's device file (`RegionKind::DeviceLog`),
+    /// when the endpoint maps it (shm only): records that have left the ring
+    /// are read there, behind a bucket read fresh.
+    pub device: Option<RegionDescriptor>,
 }
 
 /// How hard to try before falling back to RPC.
@@ -141,6 +153,9 @@ impl OneSidedReader {
         for t in &targets {
             t.buckets.validate()?;
             t.log.validate()?;
+            if let Some(device) = &t.device {
+                device.validate()?;
+            }
         }
         Ok(Self {
             async_reads: endpoint.async_reads(),
@@ -237,7 +252,7 @@ impl OneSidedReader {
         out: &mut Vec<u8>,
         counters: &Counters,
     ) -> Result<Lookup> {
-        self.lookup_into(key, None, out, counters)
+        self.lookup_into(key, None, false, out, counters)
     }
 
     /// Reads `len` bytes at `offset` of the byte array `key` when the
@@ -255,13 +270,46 @@ impl OneSidedReader {
         out: &mut Vec<u8>,
         counters: &Counters,
     ) -> Result<Lookup> {
-        self.lookup_into(key, Some((offset, len)), out, counters)
+        self.lookup_into(key, Some((offset, len)), false, out, counters)
     }
 
+    /// [`get_extent_into`](Self::get_extent_into) straight into `dst`
+    /// (`dst.len()` bytes at `offset`): on `Found` they are in `dst`, copied
+    /// once out of the checked record, which is read into `scratch` (kept
+    /// by the caller from one call to the next, so that it is not allocated
+    /// again). `dst` is untouched on any other outcome.
+    pub fn get_extent_into_slice(
+        &self,
+        key: &RecordKey<'_>,
+        offset: u64,
+        dst: &mut [u8],
+        scratch: &mut Vec<u8>,
+        counters: &Counters,
+    ) -> Result<Lookup> {
+        let len = u32::try_from(dst.len()).map_err(|_| {
+            crate::client::error::Error::InvalidArgument(format!(
+                "extent read of {} bytes",
+                dst.len()
+            ))
+        })?;
+        let found = self.lookup_into(key, Some((offset, len)), true, scratch, counters)?;
+        if let Lookup::Found { .. } = found {
+            // Checked by the lookup: an extent record of the key covering
+            // the range.
+            let first = ferrite_proto::record::get_u64(scratch, OFF_EXTENT_OFFSET);
+            let from = peek::head_len(key) + (offset - first) as usize;
+            dst.copy_from_slice(&scratch[from..from + dst.len()]);
+        }
+        Ok(found)
+    }
+
+    /// A lookup; `keep_record`: on `Found`, leave the whole record in `out`
+    /// (the value is then where the record says) instead of just the value.
     fn lookup_into(
         &self,
         key: &RecordKey<'_>,
         range: Option<(u64, u32)>,
+        keep_record: bool,
         out: &mut Vec<u8>,
         counters: &Counters,
     ) -> Result<Lookup> {
@@ -276,6 +324,7 @@ impl OneSidedReader {
                 use_cache,
                 failed_fresh,
                 range,
+                keep_record,
                 key_bytes: key.dkey.len() + key.akey.len(),
             };
             match self.pass(key, &probe, out, counters)? {
@@ -358,6 +407,7 @@ impl OneSidedReader {
             fingerprint,
             failed_fresh,
             range,
+            keep_record,
             ..
         } = *probe;
         let bucket_count = regions.buckets.length / BUCKET_BYTES as u64;
@@ -368,19 +418,31 @@ impl OneSidedReader {
             any_cached |= f.cached;
             let target = regions.buckets.target;
             for (i, slot) in f.bucket.matching(fingerprint).enumerate() {
+                let log = &regions.log;
                 // A fresh bucket's first match was read with it (or has no
                 // span in the ring: stale, as check_read says).
                 let found = match (i, f.cached, f.first_read) {
-                    (0, false, true) => self.check_read(key, regions, slot, range, out)?,
+                    (0, false, true) => self.check_read(key, log, slot, range, keep_record, out)?,
                     (0, false, false) => SlotCheck::Stale,
                     _ => {
                         out.clear();
-                        self.check_read(key, regions, slot, range, out)?
+                        self.check_read(key, log, slot, range, keep_record, out)?
                     }
                 };
                 if !f.valid {
                     return Ok(Pass::Retry(None));
                 }
+                let found = match (found, f.cached, regions.device) {
+                    (SlotCheck::Evicted | SlotCheck::Stale, false, Some(device)) => {
+                        out.clear();
+                        let check = self.check_read(key, &device, slot, range, keep_record, out)?;
+                        if let SlotCheck::Value(_) | SlotCheck::Deleted = check {
+                            counters.add(Counter::DeviceHit, 1);
+                        }
+                        check
+                    }
+                    (found, ..) => found,
+                };
                 let invalidate = || self.cache.invalidate(target, index);
                 if let Some(pass) = slot_step(found, slot.addr, f.cached, failed_fresh, invalidate)
                 {
@@ -398,35 +460,42 @@ impl OneSidedReader {
         Ok(not_found(any_cached, &self.policy))
     }
 
-    /// Checks the record of `slot` (not at all when the slot cannot point
-    /// into the ring) from the bytes of it already in `out`: none (read
-    /// first what [`peek::first_read_len`] says), its head, or all of it. A
-    /// head that may lead to the value is followed by a read of the whole
-    /// record.
+    /// Checks the record of `slot` in `log` (the ring, or the device log;
+    /// not at all when the slot cannot point into it) from the bytes of it
+    /// already in `out`: none (read first what [`peek::first_read_len`]
+    /// says), its head, or all of it. A head that may lead to the value is
+    /// followed by a read of the whole record. `keep_record`: see
+    /// [`Self::lookup_into`].
     fn check_read(
         &self,
         key: &RecordKey<'_>,
-        regions: &TargetRegions,
+        log: &RegionDescriptor,
         slot: ferrite_proto::bucket::Slot,
         range: Option<(u64, u32)>,
+        keep_record: bool,
         out: &mut Vec<u8>,
     ) -> Result<SlotCheck> {
-        let Some((offset, len)) = record_span(regions, slot) else {
+        let Some((offset, len)) = span_in(log, slot) else {
             return Ok(SlotCheck::Stale);
         };
         if out.is_empty() {
             let want = peek::first_read_len(key, len);
             out.resize(want, 0);
-            (self.endpoint).read(&regions.log, offset, want, out)?;
+            (self.endpoint).read(log, offset, want, out)?;
         }
         if out.len() < len {
             if let Some(verdict) = peek::peek(key, slot, range, out) {
                 return Ok(verdict);
             }
             out.resize(len, 0);
-            (self.endpoint).read(&regions.log, offset, len, out)?;
+            (self.endpoint).read(log, offset, len, out)?;
         }
-        Ok(check_record(key, slot, range, out))
+        let (check, value) = verify_record(key, slot, range, out);
+        if let (Some((from, n)), false) = (value, keep_record) {
+            out.copy_within(from..from + n, 0);
+            out.truncate(n);
+        }
+        Ok(check)
     }
 }
 
@@ -568,7 +637,14 @@ impl Attempts {
 /// Offset in the log region and length of the record `slot` points to, or
 /// `None` when the slot cannot point to a record in the ring.
 fn record_span(regions: &TargetRegions, slot: ferrite_proto::bucket::Slot) -> Option<(u64, usize)> {
-    let ring = regions.log.param;
+    span_in(&regions.log, slot)
+}
+
+/// Offset in `log` (a ring, `param` bytes of which hold records, or a
+/// device log) and length of the record `slot` points to, or `None` when the
+/// slot cannot point to a record there.
+fn span_in(log: &RegionDescriptor, slot: ferrite_proto::bucket::Slot) -> Option<(u64, usize)> {
+    let ring = log.param;
     let len = slot.length as usize;
     let offset = slot.addr % ring;
     if !(HEADER_BYTES..=RECORD_MAX_BYTES).contains(&len) || offset + len as u64 > ring {
@@ -586,31 +662,50 @@ fn check_record(
     range: Option<(u64, u32)>,
     out: &mut Vec<u8>,
 ) -> SlotCheck {
-    let view = match RecordView::parse(out) {
+    let (check, value) = verify_record(key, slot, range, out);
+    if let Some((from, n)) = value {
+        out.copy_within(from..from + n, 0);
+        out.truncate(n);
+    }
+    check
+}
+
+/// Checks the record bytes read for `slot` (in `record`); on `Value` also
+/// says where the bytes wanted are in it (offset, length): the value, or
+/// with a `range` (offset, length) of a byte array, those bytes of an
+/// extent record that covers them.
+fn verify_record(
+    key: &RecordKey<'_>,
+    slot: ferrite_proto::bucket::Slot,
+    range: Option<(u64, u32)>,
+    record: &[u8],
+) -> (SlotCheck, Option<(usize, usize)>) {
+    let check = |c| (c, None);
+    let view = match RecordView::parse(record) {
         Ok(v) => v,
-        Err(_) => return SlotCheck::Stale,
+        Err(_) => return check(SlotCheck::Stale),
     };
     match view.verify_for(key, slot.addr) {
         Ok(()) => {}
         Err(FormatError::Mismatch("log address")) if view.addr() > slot.addr => {
-            return SlotCheck::Evicted
+            return check(SlotCheck::Evicted)
         }
         Err(FormatError::Mismatch("container or object"))
-        | Err(FormatError::Mismatch("dkey or akey")) => return SlotCheck::OtherKey,
-        Err(_) => return SlotCheck::Stale,
+        | Err(FormatError::Mismatch("dkey or akey")) => return check(SlotCheck::OtherKey),
+        Err(_) => return check(SlotCheck::Stale),
     }
     if view.is_superseded() || view.version() as u16 != slot.version_low {
-        return SlotCheck::Stale;
+        return check(SlotCheck::Stale);
     }
     let flags = view.flags();
     if flags.has(RecordFlags::TOMBSTONE) {
-        return SlotCheck::Deleted;
+        return check(SlotCheck::Deleted);
     }
     let extent = flags.has(RecordFlags::EXTENT);
     if flags.0 & (RecordFlags::PUNCH_DKEY | RecordFlags::PUNCH_OBJECT) != 0
         || extent != range.is_some()
     {
-        return SlotCheck::NotPlain;
+        return check(SlotCheck::NotPlain);
     }
     let version = view.version();
     let start = HEADER_BYTES + key.dkey.len() + key.akey.len();
@@ -621,14 +716,12 @@ fn check_record(
             let first = view.extent_offset();
             let end = first + value_len as u64;
             if offset < first || offset + u64::from(len) > end {
-                return SlotCheck::NotPlain;
+                return check(SlotCheck::NotPlain);
             }
             ((offset - first) as usize, len as usize)
         }
     };
-    out.copy_within(start + from..start + from + n, 0);
-    out.truncate(n);
-    SlotCheck::Value(version)
+    (SlotCheck::Value(version), Some((start + from, n)))
 }
 
 /// Where one walk starts and what the previous walk learned.
@@ -641,6 +734,8 @@ struct Probe<'a> {
     failed_fresh: Option<u64>,
     /// The byte range wanted of an array (`None`: a single value).
     range: Option<(u64, u32)>,
+    /// Leave a found record whole in the output ([`OneSidedReader::lookup_into`]).
+    keep_record: bool,
     /// Length of the key's dkey and akey.
     key_bytes: usize,
 }

@@ -543,6 +543,7 @@ pub fn pair_targets(
         out.push(TargetRegions {
             buckets: find(RegionKind::Buckets)?,
             log: find(RegionKind::Log)?,
+            device: None,
         });
     }
     Ok(out)

@@ -10,7 +10,7 @@ fn d(target: u16, kind: RegionKind, id: u32) -> RegionDescriptor {
         length: 4096,
         param: match kind {
             RegionKind::Buckets => 4,
-            RegionKind::Log => 4096,
+            RegionKind::Log | RegionKind::DeviceLog => 4096,
         },
         access_key: 0x1234,
         remote_addr: 0x7f00_0000_0000 + u64::from(id) * 4096,
