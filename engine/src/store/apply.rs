@@ -105,26 +105,23 @@ impl Store {
 
     fn apply_single(&self, h: &Head<'_>, addr: u64, len: u32, origin: Option<u64>) -> Result<()> {
         let obj = (h.key.container, h.key.object);
-        if let Some(o) = origin {
-            let still = self
-                .dir
-                .borrow()
-                .get(obj, h.key.dkey, h.key.akey)
-                .is_some_and(|e| e.addr == o);
-            if !still {
-                return Ok(());
-            }
-        }
         let entry = Entry {
             version: h.version,
             addr,
             len,
             extents: None,
         };
-        let old = self
-            .dir
-            .borrow_mut()
-            .put(obj, h.key.dkey, h.key.akey, entry);
+        let mut dir = self.dir.borrow_mut();
+        let old = match origin {
+            // A copy applies only while the key still uses the original:
+            // checked and replaced in one seek.
+            Some(o) => match dir.replace_if(obj, h.key.dkey, h.key.akey, &entry, |e| e.addr == o) {
+                None => return Ok(()),
+                old => old,
+            },
+            None => dir.put(obj, h.key.dkey, h.key.akey, entry),
+        };
+        drop(dir);
         let (hash, slot) = slot_for(&h.key, addr, len, h.version);
         let mut live = self.live_bytes.get() + u64::from(len);
         match old {

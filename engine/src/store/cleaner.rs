@@ -15,6 +15,7 @@
 
 use super::checkpoint::CheckpointInfo;
 use super::log::AppendSpec;
+use super::ops::Held;
 use super::recover::LogReader;
 use super::{Store, StoreError};
 use crate::store::error::Result;
@@ -127,7 +128,9 @@ impl Store {
                 extent_offset,
                 version: Some(view.version()),
                 origin: Some(origin),
-                held: None,
+                // The directory lookup above found the key (with no await
+                // since): no bucket walk to learn it again.
+                held: Some(if extent { Held::Array } else { Held::Single }),
             };
             let (_, len, _) = self.append_now(&spec)?;
             appended += u64::from(len);

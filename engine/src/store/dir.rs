@@ -550,20 +550,12 @@ impl Directory {
             return None;
         }
         let s = self.seek(&k);
-        let bytes = &self.blocks[s.block];
         if let Some((raw, _, true)) = &s.at {
-            let old = decode_tail(&bytes[raw.tail..raw.end]);
-            if raw.end - raw.tail == tail.len() {
-                self.blocks[s.block][raw.tail..raw.end].copy_from_slice(&tail);
-            } else {
-                let mut b = Vec::with_capacity(bytes.len() + tail.len());
-                b.extend_from_slice(&bytes[..raw.tail]);
-                b.extend_from_slice(&tail);
-                b.extend_from_slice(&bytes[raw.end..]);
-                self.replace_block(s.block, b);
-            }
+            let old = decode_tail(&self.blocks[s.block][raw.tail..raw.end]);
+            self.set_tail(s.block, raw, &tail);
             return Some(old);
         }
+        let bytes = &self.blocks[s.block];
         let (c, dl) = k.composite();
         let mut b = Vec::with_capacity(bytes.len() + c.len() + tail.len() + 8);
         match &s.at {
@@ -582,6 +574,47 @@ impl Directory {
         self.replace_block(s.block, b);
         self.keys += 1;
         None
+    }
+
+    /// Replaces the entry of an existing key with `e` only if `still(old)`
+    /// holds of the entry there: one seek where a `get` and a `put` take
+    /// two. Returns the replaced entry; `None` (nothing changed) if the key
+    /// is absent or `still` refused.
+    pub fn replace_if(
+        &mut self,
+        obj: ObjectId,
+        dkey: &[u8],
+        akey: &[u8],
+        e: &Entry,
+        still: impl FnOnce(&Entry) -> bool,
+    ) -> Option<Entry> {
+        let s = self.seek(&Key::new(obj, dkey, akey));
+        let Some((raw, _, true)) = &s.at else {
+            return None;
+        };
+        let old = decode_tail(&self.blocks[s.block][raw.tail..raw.end]);
+        if !still(&old) {
+            return None;
+        }
+        let mut tail = Vec::with_capacity(32);
+        encode_tail(&mut tail, e);
+        self.set_tail(s.block, raw, &tail);
+        Some(old)
+    }
+
+    /// Writes `tail` as the value part of the entry `raw` of block `block`
+    /// (in place when its length is unchanged).
+    fn set_tail(&mut self, block: usize, raw: &Raw, tail: &[u8]) {
+        let bytes = &mut self.blocks[block];
+        if raw.end - raw.tail == tail.len() {
+            bytes[raw.tail..raw.end].copy_from_slice(tail);
+            return;
+        }
+        let mut b = Vec::with_capacity(bytes.len() + tail.len());
+        b.extend_from_slice(&bytes[..raw.tail]);
+        b.extend_from_slice(tail);
+        b.extend_from_slice(&bytes[raw.end..]);
+        self.replace_block(block, b);
     }
 
     /// Stores a rebuilt block, splitting it when it grew too large and

@@ -101,7 +101,7 @@ fn check_same(d: &Directory, model: &Model) {
     assert_eq!(all, want);
 }
 
-/// Random puts, removes and punches against a `BTreeMap`: lookups,
+/// Random puts, conditional replaces, removes and punches against a `BTreeMap`: lookups,
 /// full iteration and paged listings agree after every step, across
 /// block splits and merges-by-deletion.
 #[test]
@@ -113,7 +113,18 @@ fn packed_directory_matches_model() {
     for step in 0..4000 {
         let obj = (rng.gen_range(0..2u64), rng.gen_range(0..3u128) << 100);
         let (dk, ak) = (random_part(&mut rng), random_part(&mut rng));
-        match rng.gen_range(0..10) {
+        match rng.gen_range(0..11) {
+            10 => {
+                // Conditional replace: only entries with an even address.
+                let e = random_entry(&mut rng);
+                let old = d.replace_if(obj, &dk, &ak, &e, |o| o.addr % 2 == 0);
+                let k = (obj, dk.clone(), ak);
+                let want = match model.get(&k) {
+                    Some(o) if o.addr % 2 == 0 => model.insert(k, e),
+                    _ => None,
+                };
+                assert_eq!(old, want);
+            }
             0..=5 => {
                 let e = random_entry(&mut rng);
                 let old = d.put(obj, &dk, &ak, e.clone());
