@@ -9,6 +9,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use fence::Fence;
+
 /// (container, object)
 pub type ObjectId = (u64, u128);
 
@@ -380,54 +382,6 @@ struct Seek {
     at: Option<(Raw, Vec<u8>, bool)>,
 }
 
-/// Bytes of a dkey, and of an akey, that a [`Fence`] keeps.
-const FENCE_DKEY: usize = 16;
-const FENCE_AKEY: usize = 8;
-
-/// A fixed-size summary of a key that keeps its order: keys whose fences
-/// differ are ordered as their fences; equal fences leave it to the keys.
-/// Each part is the first bytes, zero-padded, then the length capped at
-/// one more than what is kept; the akey counts only when the whole dkey is
-/// kept (else two dkeys with the same first 16 bytes would be ordered by
-/// their akeys).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Fence {
-    obj: [u8; OBJ_BYTES],
-    dkey: [u8; FENCE_DKEY],
-    dkey_len: u8,
-    akey: [u8; FENCE_AKEY],
-    akey_len: u8,
-}
-
-impl Fence {
-    fn new(obj: &[u8; OBJ_BYTES], dkey: &[u8], akey: &[u8]) -> Self {
-        let mut f = Fence {
-            obj: *obj,
-            dkey: [0; FENCE_DKEY],
-            dkey_len: dkey.len().min(FENCE_DKEY + 1) as u8,
-            akey: [0; FENCE_AKEY],
-            akey_len: 0,
-        };
-        let n = dkey.len().min(FENCE_DKEY);
-        f.dkey[..n].copy_from_slice(&dkey[..n]);
-        if dkey.len() <= FENCE_DKEY {
-            let m = akey.len().min(FENCE_AKEY);
-            f.akey[..m].copy_from_slice(&akey[..m]);
-            f.akey_len = akey.len().min(FENCE_AKEY + 1) as u8;
-        }
-        f
-    }
-
-    /// The fence of a block: of its first key.
-    fn of_block(b: &[u8]) -> Self {
-        let (c, dkey_len) = first_key(b);
-        let d = OBJ_BYTES + dkey_len;
-        let mut obj = [0u8; OBJ_BYTES];
-        obj.copy_from_slice(&c[..OBJ_BYTES]);
-        Self::new(&obj, &c[OBJ_BYTES..d], &c[d..])
-    }
-}
-
 /// The key directory: every live key in sorted order, packed.
 ///
 /// Entries live in blocks of about a kilobyte, each a byte string of
@@ -529,11 +483,8 @@ impl Directory {
     }
 
     pub fn get(&self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<Entry> {
-        let s = self.seek(&Key::new(obj, dkey, akey));
-        match s.at {
-            Some((raw, _, true)) => Some(decode_tail(&self.blocks[s.block][raw.tail..raw.end])),
-            _ => None,
-        }
+        let (block, raw) = self.find(&Key::new(obj, dkey, akey))?;
+        Some(decode_tail(&self.blocks[block][raw.tail..raw.end]))
     }
 
     /// Inserts or replaces; returns the previous entry.
@@ -549,12 +500,13 @@ impl Directory {
             self.keys += 1;
             return None;
         }
-        let s = self.seek(&k);
-        if let Some((raw, _, true)) = &s.at {
-            let old = decode_tail(&self.blocks[s.block][raw.tail..raw.end]);
-            self.set_tail(s.block, raw, &tail);
+        if let Some((block, raw)) = self.find(&k) {
+            let old = decode_tail(&self.blocks[block][raw.tail..raw.end]);
+            self.set_tail(block, &raw, &tail);
             return Some(old);
         }
+        // A new key: its neighbours are re-encoded around it.
+        let s = self.seek(&k);
         let bytes = &self.blocks[s.block];
         let (c, dl) = k.composite();
         let mut b = Vec::with_capacity(bytes.len() + c.len() + tail.len() + 8);
@@ -588,17 +540,14 @@ impl Directory {
         e: &Entry,
         still: impl FnOnce(&Entry) -> bool,
     ) -> Option<Entry> {
-        let s = self.seek(&Key::new(obj, dkey, akey));
-        let Some((raw, _, true)) = &s.at else {
-            return None;
-        };
-        let old = decode_tail(&self.blocks[s.block][raw.tail..raw.end]);
+        let (block, raw) = self.find(&Key::new(obj, dkey, akey))?;
+        let old = decode_tail(&self.blocks[block][raw.tail..raw.end]);
         if !still(&old) {
             return None;
         }
         let mut tail = Vec::with_capacity(32);
         encode_tail(&mut tail, e);
-        self.set_tail(s.block, raw, &tail);
+        self.set_tail(block, &raw, &tail);
         Some(old)
     }
 
@@ -818,5 +767,7 @@ impl Directory {
             + self.fences.capacity() * std::mem::size_of::<Fence>()
     }
 }
+mod fence;
+mod find;
 #[cfg(test)]
 mod tests;

@@ -287,3 +287,49 @@ fn bytes_per_key_stay_bounded() {
     let got = d.get((1, 7), &probe.to_le_bytes(), b"v").map(|e| e.version);
     assert_eq!(got, Some(probe + 1));
 }
+
+/// `find` (the exact lookup that rebuilds no keys) agrees with `seek` (which
+/// rebuilds every key it passes) on every stored key and on absent probes:
+/// keys with shared prefixes, dkeys that are prefixes of others, zero and
+/// 255 bytes, and composites too long for the stack buffer.
+#[test]
+fn find_agrees_with_seek() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(ferrite_xstream::seed_from_env());
+    let part = |rng: &mut rand::rngs::StdRng| match rng.gen_range(0..8) {
+        0 => vec![b'k'; rng.gen_range(100..200)],
+        _ => random_part(rng),
+    };
+    let mut d = Directory::default();
+    let mut keys = Vec::new();
+    for i in 0..3000u64 {
+        let obj = (rng.gen_range(0..2u64), rng.gen_range(0..3u128));
+        let k = (obj, part(&mut rng), part(&mut rng));
+        let e = Entry {
+            version: i + 1,
+            addr: i * 8,
+            len: 64,
+            extents: None,
+        };
+        d.put(k.0, &k.1, &k.2, e);
+        keys.push(k);
+    }
+    for _ in 0..3000 {
+        let obj = (rng.gen_range(0..2u64), rng.gen_range(0..3u128));
+        keys.push((obj, part(&mut rng), part(&mut rng)));
+    }
+    let mut found = 0;
+    for (obj, dk, ak) in &keys {
+        let k = Key::new(*obj, dk, ak);
+        let s = d.seek(&k);
+        let want = match s.at {
+            Some((raw, _, true)) => Some((s.block, raw.start, raw.tail, raw.end)),
+            _ => None,
+        };
+        let got = d.find(&k).map(|(b, r)| (b, r.start, r.tail, r.end));
+        assert_eq!(got, want, "{obj:?} {dk:?} {ak:?}");
+        found += usize::from(got.is_some());
+    }
+    assert!(found >= 2000, "only {found} keys found");
+    assert!(d.blocks.len() > 10);
+}

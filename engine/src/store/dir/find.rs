@@ -1,0 +1,114 @@
+//! Finding a key's entry without rebuilding the keys the search passes.
+//!
+//! A block's entries are front-coded: each shares a prefix with the one
+//! before. [`Directory::seek`] rebuilds every composite key it passes (a copy
+//! per entry) because an insert needs its neighbours; an exact lookup does
+//! not. [`Directory::find`] keeps only `m`, the length of the longest
+//! prefix the wanted key shares with the entry just passed, and that
+//! entry's byte at `m`. An entry sharing more than `m` bytes with the one
+//! before it agrees with it at `m`, so it is ordered against the key by
+//! the same bytes and its suffix is never looked at; one sharing at most
+//! `m` is compared from where it starts differing.
+
+use std::cmp::Ordering;
+
+use super::{get_varint, tail_end, Directory, Key, Raw, OBJ_BYTES};
+
+/// Composite keys up to this length are built on the stack.
+const STACK_KEY_BYTES: usize = 128;
+
+/// Bytes `a` and `b` share at their start.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Orders the wanted key (composite `kc`, dkey length `dk`) against a
+/// stored entry (dkey length `de`) whose composite shares exactly `m` bytes
+/// with `kc` and has `e_at_m` at position `m` (`None`: it ends there).
+/// Keys order by object, then dkey, then akey: past the object, bytes
+/// decide while both are inside their dkeys; a dkey that is a prefix of
+/// the other is less; equal dkeys leave it to the akeys' bytes.
+fn order(kc: &[u8], dk: usize, m: usize, e_at_m: Option<u8>, de: usize) -> Ordering {
+    let bytes = || match (kc.get(m), e_at_m) {
+        (Some(k), Some(e)) => k.cmp(&e),
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    };
+    if m < OBJ_BYTES + dk.min(de) || dk == de {
+        bytes()
+    } else {
+        dk.cmp(&de)
+    }
+}
+
+impl Key<'_> {
+    /// Calls `with` on this key's composite bytes `object ‖ dkey ‖ akey`,
+    /// built on the stack when short.
+    fn with_composite<T>(&self, with: impl FnOnce(&[u8]) -> T) -> T {
+        let len = OBJ_BYTES + self.dkey.len() + self.akey.len();
+        if len > STACK_KEY_BYTES {
+            return with(&self.composite().0);
+        }
+        let mut buf = [0u8; STACK_KEY_BYTES];
+        let d = OBJ_BYTES + self.dkey.len();
+        buf[..OBJ_BYTES].copy_from_slice(&self.obj);
+        buf[OBJ_BYTES..d].copy_from_slice(self.dkey);
+        buf[d..len].copy_from_slice(self.akey);
+        with(&buf[..len])
+    }
+}
+
+impl Directory {
+    /// The block holding `k` and where its entry is in it; `None` if `k`
+    /// is not in the directory.
+    pub(super) fn find(&self, k: &Key<'_>) -> Option<(usize, Raw)> {
+        let block = self.block_for(k);
+        let bytes = self.blocks.get(block)?;
+        let dk = k.dkey.len();
+        let raw = k.with_composite(|kc| find_in_block(bytes, kc, dk))?;
+        Some((block, raw))
+    }
+}
+
+/// The entry of the key with composite `kc` and dkey length `dk` in the
+/// block `b`, if there.
+fn find_in_block(b: &[u8], kc: &[u8], dk: usize) -> Option<Raw> {
+    // The entry before the first one shares nothing with the key.
+    let (mut m, mut e_at_m) = (0usize, None);
+    let mut dkey_len = None;
+    let mut pos = 0;
+    while pos < b.len() {
+        let start = pos;
+        let shared = get_varint(b, &mut pos);
+        let head = get_varint(b, &mut pos);
+        let (suffix_len, explicit) = (head >> 1, head & 1 == 1);
+        let de = match (explicit, dkey_len) {
+            (false, Some(d)) => d,
+            _ => get_varint(b, &mut pos),
+        };
+        dkey_len = Some(de);
+        let tail = pos + suffix_len;
+        if shared <= m {
+            // Equal to the key up to `shared`: compare from there.
+            let suffix = &b[pos..tail];
+            let n = common_prefix(&kc[shared..], suffix);
+            m = shared + n;
+            e_at_m = suffix.get(n).copied();
+        }
+        let end = tail_end(b, tail);
+        match order(kc, dk, m, e_at_m, de) {
+            Ordering::Greater => pos = end,
+            Ordering::Equal => {
+                return Some(Raw {
+                    start,
+                    tail,
+                    end,
+                    dkey_len: de,
+                })
+            }
+            Ordering::Less => return None,
+        }
+    }
+    None
+}
