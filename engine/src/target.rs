@@ -9,7 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
-use ferrite_proto::rpc::{ErrorCode, Found, Placed, PunchScope, Reply, Request, TargetStat};
+use ferrite_proto::rpc::{ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat};
 
 use crate::server::BulkSlice;
 use crate::store::{
@@ -150,13 +150,19 @@ fn is_write(req: &Request) -> bool {
 
 /// This xstream's target if it takes `req` (no writes while closing).
 fn serving(req: &Request) -> Result<Rc<Target>, Reply> {
+    serving_writes(is_write(req))
+}
+
+/// This xstream's target if it takes a request that writes (`write`) or
+/// does not.
+fn serving_writes(write: bool) -> Result<Rc<Target>, Reply> {
     let Some(t) = current() else {
         return Err(Reply::error(
             ErrorCode::ShuttingDown,
             "no target on this xstream",
         ));
     };
-    if t.closing.get() && is_write(req) {
+    if t.closing.get() && write {
         return Err(Reply::error(
             ErrorCode::ShuttingDown,
             "the engine is shutting down",
@@ -196,6 +202,23 @@ pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
             format!("{:?} is not a bulk operation", other.kind()),
         ),
     }
+}
+
+/// Runs several updates against this xstream's target as one group: they
+/// are appended in order and acknowledged together once the commit that
+/// carries them is durable ([`Store::update_many`]). One reply per update,
+/// in order.
+pub async fn handle_updates(updates: Vec<(Key, Vec<u8>)>) -> Vec<Reply> {
+    let t = match serving_writes(true) {
+        Ok(t) => t,
+        Err(refusal) => return vec![refusal; updates.len()],
+    };
+    let items: Vec<_> = updates
+        .iter()
+        .map(|(key, value)| (key.as_record_key(), value.as_slice()))
+        .collect();
+    let results = t.store.update_many(&items).await;
+    results.into_iter().map(version).collect()
 }
 
 /// Runs one data request against this xstream's target.

@@ -290,6 +290,72 @@ fn pipelined_requests_and_batches_are_answered_by_id() {
     drop(engine);
 }
 
+/// A batch whose updates go to both targets (grouped per target by the
+/// router), mixed with reads and with an update that fails: one reply per
+/// item, in the items' order, each the one its item gets alone; afterwards
+/// every key holds the value its update acknowledged.
+#[test]
+fn a_batch_of_updates_for_both_targets_answers_in_item_order() {
+    let dir = temp_dir();
+    let engine = EngineProcess::start(dir.path(), &[]);
+    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let array = key(2, "arr", "a");
+    let extent = Request::ExtentWrite {
+        key: array.clone(),
+        offset: 0,
+        data: b"xx".to_vec(),
+    };
+    assert!(matches!(c.call(&extent).unwrap(), Reply::Version(_)));
+    let before = update(&mut c, &key(2, "old", "a"), b"old");
+    let mut batch = Vec::new();
+    for i in 0..40u64 {
+        batch.push(Request::Update {
+            key: key(2, &format!("b{i}"), "a"),
+            value: i.to_le_bytes().to_vec(),
+        });
+        match i {
+            10 => batch.push(Request::Update {
+                key: array.clone(),
+                value: b"single".to_vec(),
+            }),
+            20 => batch.push(Request::Fetch {
+                key: key(2, "old", "a"),
+            }),
+            _ => {}
+        }
+    }
+    let Reply::Batch(replies) = c.call(&Request::Batch(batch)).unwrap() else {
+        panic!("batch")
+    };
+    assert_eq!(replies.len(), 42);
+    for (i, r) in replies.iter().enumerate() {
+        match i {
+            11 => assert!(matches!(r, Reply::Error { .. }), "item {i}: {r:?}"),
+            22 => match r {
+                Reply::Value(Some(f)) => {
+                    assert_eq!((f.version, &f.value[..]), (before, &b"old"[..]))
+                }
+                other => panic!("item {i}: {other:?}"),
+            },
+            _ => assert!(matches!(r, Reply::Version(_)), "item {i}: {r:?}"),
+        }
+    }
+    for i in 0..40u64 {
+        let got = fetch(&mut c, &key(2, &format!("b{i}"), "a")).map(|f| f.value);
+        assert_eq!(got, Some(i.to_le_bytes().to_vec()), "key b{i}");
+    }
+    let owners: std::collections::HashSet<_> = (0..40u64)
+        .map(|i| {
+            Request::Fetch {
+                key: key(2, &format!("b{i}"), "a"),
+            }
+            .owner(2)
+        })
+        .collect();
+    assert_eq!(owners.len(), 2, "the batch did not span both targets");
+    drop(engine);
+}
+
 #[test]
 fn one_sided_reads_over_tcp_and_shm_match_acknowledged_values() {
     let dir = temp_dir();

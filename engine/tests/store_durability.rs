@@ -138,3 +138,60 @@ fn background_flush_makes_process_durability_writes_stable() {
         .join()
         .unwrap();
 }
+
+/// `update_many` appends a group in order and acknowledges it after one
+/// commit: every update it acknowledged is on the device (flushed, under
+/// device durability) and survives a power loss; an update the store
+/// refuses (a byte array's key, an oversized value) fails alone.
+#[test]
+fn a_group_of_updates_is_one_commit_and_survives_power_loss() {
+    glommio::LocalExecutorBuilder::default()
+        .spawn(|| async move {
+            let crash = Arc::new(CrashBdev::new(ferrite_bdev::open("malloc:8M").unwrap()));
+            let bdev: BdevRef = crash.clone();
+            let config = cfg(Durability::Device, Duration::from_secs(3600));
+            let store = Store::open(bdev.clone(), config.clone()).await.unwrap();
+            let array = RecordKey::new(1, 9, b"d", b"array");
+            store.update_extent(&array, 0, b"bytes").await.unwrap();
+            let keys: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
+            let big = vec![0u8; ferrite_proto::record::VALUE_MAX_BYTES + 1];
+            let values: Vec<Vec<u8>> = (0..KEYS).map(|k| value(k, 1)).collect();
+            let mut items: Vec<(RecordKey<'_>, &[u8])> = keys
+                .iter()
+                .zip(&values)
+                .map(|(k, v)| (RecordKey::new(1, 9, b"d", k), v.as_slice()))
+                .collect();
+            items.insert(3, (array, b"single"));
+            items.insert(7, (RecordKey::new(1, 9, b"d", b"big"), &big));
+            let commits = store.stats().commits;
+            let results = store.update_many(&items).await;
+            assert_eq!(store.stats().commits, commits + 1, "not one commit");
+            assert_eq!(crash.unflushed_writes(), 0, "acknowledged before the flush");
+            assert_eq!(results.len(), items.len());
+            let mut last = 0;
+            for (i, r) in results.iter().enumerate() {
+                match (i, r) {
+                    (3, r) => assert!(r.is_err(), "an array's key took a single value"),
+                    (7, r) => assert!(r.is_err(), "an oversized value was taken"),
+                    (_, Ok(v)) => {
+                        assert!(*v > last, "versions out of item order");
+                        last = *v;
+                    }
+                    (_, Err(e)) => panic!("item {i}: {e}"),
+                }
+            }
+            let report = crash.crash(3).await.unwrap();
+            assert!(report.writes.is_empty());
+            drop(store);
+            let store = Store::open(bdev, config).await.unwrap();
+            for k in 0..KEYS {
+                let got = store.fetch(&RecordKey::new(1, 9, b"d", &key(k))).await;
+                assert_eq!(got.unwrap().map(|(_, v)| v), Some(value(k, 1)), "key {k}");
+            }
+            let got = store.fetch_extent(&array, 0, 5).await.unwrap();
+            assert_eq!(got.map(|(_, v)| v), Some(b"bytes".to_vec()));
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ferrite_proto::rpc::{ErrorCode, PunchScope, Reply, Request};
+use ferrite_proto::rpc::{ErrorCode, Key, PunchScope, Reply, Request};
 use ferrite_xstream::{TaskClass, XstreamId};
 use futures::future::join_all;
 
@@ -24,11 +24,72 @@ pub(crate) async fn execute(
     bulk: Option<&Arc<BulkRegion>>,
 ) -> Reply {
     match req {
-        Request::Batch(items) => {
-            Reply::Batch(join_all(items.into_iter().map(|i| execute_one(shared, i, bulk))).await)
-        }
+        Request::Batch(items) => Reply::Batch(execute_batch(shared, items, bulk).await),
         other => execute_one(shared, other, bulk).await,
     }
+}
+
+/// Updates bound for one target: keys and values.
+type Updates = Vec<(Key, Vec<u8>)>;
+
+/// Runs a batch's items. Its updates bound for one target travel there as
+/// one message and are appended and committed as one group
+/// ([`target::handle_updates`]): one mesh crossing, one task and one wait
+/// for durability per target instead of per update. Every other item runs
+/// on its own, concurrently. Replies in the items' order.
+async fn execute_batch(
+    shared: &Arc<Shared>,
+    items: Vec<Request>,
+    bulk: Option<&Arc<BulkRegion>>,
+) -> Vec<Reply> {
+    let count = items.len();
+    let mut groups: Vec<(Vec<usize>, Updates)> = Vec::new();
+    let mut others = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let t = owner(shared, &item);
+        match item {
+            Request::Update { key, value } => {
+                if groups.len() <= t {
+                    groups.resize_with(t + 1, Default::default);
+                }
+                groups[t].0.push(i);
+                groups[t].1.push((key, value));
+            }
+            other => others.push((i, other)),
+        }
+    }
+    let updates = groups
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (at, _))| !at.is_empty())
+        .map(|(t, (at, group))| async move { (at, updates_on_target(shared, t, group).await) });
+    let singles = others
+        .into_iter()
+        .map(|(i, req)| async move { (vec![i], vec![execute_one(shared, req, bulk).await]) });
+    let (updated, ran) = futures::join!(join_all(updates), join_all(singles));
+    let mut replies: Vec<Option<Reply>> = vec![None; count];
+    for (at, group) in updated.into_iter().chain(ran) {
+        for (i, reply) in at.into_iter().zip(group) {
+            replies[i] = Some(reply);
+        }
+    }
+    replies
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Reply::error(ErrorCode::Internal, "no reply for an item")))
+        .collect()
+}
+
+/// Runs a group of updates on target `t`'s xstream; notes a target turned
+/// read-only.
+async fn updates_on_target(shared: &Arc<Shared>, t: usize, group: Updates) -> Vec<Reply> {
+    let count = group.len();
+    let replies = on_xstream(shared, t, move || target::handle_updates(group))
+        .await
+        .unwrap_or_else(|e| vec![Reply::error(ErrorCode::ShuttingDown, e); count]);
+    for reply in &replies {
+        note_read_only(shared, t, reply);
+    }
+    replies
 }
 
 /// The checked slice of the connection's bulk region a bulk request names.
@@ -127,7 +188,15 @@ fn owner(shared: &Shared, req: &Request) -> usize {
 /// Runs `req` (with its bulk slice) on target `t`'s xstream; notes a
 /// target turned read-only.
 async fn on_target(shared: &Arc<Shared>, t: usize, req: Request, bulk: Option<BulkSlice>) -> Reply {
-    let reply = run_on_target(shared, t, req, bulk).await;
+    let reply = on_xstream(shared, t, move || run_here(req, bulk))
+        .await
+        .unwrap_or_else(|e| Reply::error(ErrorCode::ShuttingDown, e));
+    note_read_only(shared, t, &reply);
+    reply
+}
+
+/// Notes that target `t` turned read-only if `reply` says so.
+fn note_read_only(shared: &Shared, t: usize, reply: &Reply) {
     if let Reply::Error {
         code: ErrorCode::ReadOnly,
         ..
@@ -137,25 +206,21 @@ async fn on_target(shared: &Arc<Shared>, t: usize, req: Request, bulk: Option<Bu
             flag.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     }
-    reply
 }
 
-async fn run_on_target(
-    shared: &Arc<Shared>,
-    t: usize,
-    req: Request,
-    bulk: Option<BulkSlice>,
-) -> Reply {
+/// Runs `run` on target `t`'s xstream: right here when that is the
+/// calling one, else over the mesh (`Err`: the mesh refused).
+async fn on_xstream<F, Fut, T>(shared: &Arc<Shared>, t: usize, run: F) -> Result<T, String>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
     if ferrite_xstream::current() == Some(XstreamId(t)) {
-        return run_here(req, bulk).await;
+        return Ok(run().await);
     }
-    let run = shared
-        .mesh
-        .run_on(XstreamId(t), TaskClass::Foreground, move || {
-            run_here(req, bulk)
-        });
-    run.await
-        .unwrap_or_else(|e| Reply::error(ErrorCode::ShuttingDown, format!("target {t}: {e}")))
+    let run = shared.mesh.run_on(XstreamId(t), TaskClass::Foreground, run);
+    run.await.map_err(|e| format!("target {t}: {e}"))
 }
 
 /// Runs `req` on the calling xstream's target.

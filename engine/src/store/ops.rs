@@ -156,15 +156,23 @@ impl Store {
 
     /// Appends one record and returns its version once it is durable and
     /// published.
-    async fn write(&self, mut spec: AppendSpec<'_>, array: Option<bool>) -> Result<u64> {
+    async fn write(&self, spec: AppendSpec<'_>, array: Option<bool>) -> Result<u64> {
+        let (end, version) = self.append(spec, array).await?;
+        self.wait_durable(end).await?;
+        Ok(version)
+    }
+
+    /// Appends one record (not yet durable), checking first that the key
+    /// holds no value of the other kind when `array` says which this is.
+    /// Returns the end of the record and its version.
+    async fn append(&self, mut spec: AppendSpec<'_>, array: Option<bool>) -> Result<(u64, u64)> {
         let len = record_len(spec.key, spec.value.len()) as u64;
         self.reserve_space(len, false).await?;
         if let Some(array) = array {
             spec.held = Some(self.check_write(spec.key, array)?);
         }
         let (addr, len, version) = self.append_now(&spec)?;
-        self.wait_durable(addr + u64::from(len)).await?;
-        Ok(version)
+        Ok((addr + u64::from(len), version))
     }
 
     /// Replaces the key's single value; returns the new version.
@@ -172,6 +180,42 @@ impl Store {
         Self::validate(key, value.len())?;
         let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
         self.write(spec, Some(false)).await
+    }
+
+    /// Replaces the single values of several keys: appended in order, then
+    /// made durable and published by one wait for the group commit that
+    /// carries them all (an update each took its own wait, and a waker, a
+    /// channel and a poll). Returns, per key, its new version or why it was
+    /// refused; every update a failed commit carried fails.
+    pub async fn update_many(&self, items: &[(RecordKey<'_>, &[u8])]) -> Vec<Result<u64>> {
+        let mut out = Vec::with_capacity(items.len());
+        let mut end = None;
+        for (key, value) in items {
+            let appended = async {
+                Self::validate(key, value.len())?;
+                let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
+                self.append(spec, Some(false)).await
+            };
+            match appended.await {
+                Ok((e, version)) => {
+                    end = Some(e);
+                    out.push(Ok(version));
+                }
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        let Some(end) = end else { return out };
+        if let Err(first) = self.wait_durable(end).await {
+            let mut first = Some(first);
+            for r in out.iter_mut().filter(|r| r.is_ok()) {
+                let e = first.take().unwrap_or_else(|| match self.check_writable() {
+                    Err(poisoned) => poisoned,
+                    Ok(()) => StoreError::Invalid("the group commit failed".into()),
+                });
+                *r = Err(e);
+            }
+        }
+        out
     }
 
     /// Writes `bytes` at `offset` of the key's byte array; returns the new
