@@ -135,11 +135,25 @@ fn put_varint64(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+#[inline]
 fn get_varint(b: &[u8], pos: &mut usize) -> usize {
     get_varint64(b, pos) as usize
 }
 
+/// Most varints a search reads (shared lengths, suffix lengths, length
+/// codes) are one byte: that case is inlined, longer ones take the loop.
+#[inline]
 fn get_varint64(b: &[u8], pos: &mut usize) -> u64 {
+    let first = b[*pos];
+    if first < 0x80 {
+        *pos += 1;
+        return u64::from(first);
+    }
+    get_varint64_long(b, pos)
+}
+
+#[inline(never)]
+fn get_varint64_long(b: &[u8], pos: &mut usize) -> u64 {
     let mut v = 0u64;
     let mut shift = 0;
     loop {
@@ -204,6 +218,7 @@ fn read_tail(b: &[u8], mut pos: usize) -> (u64, u64, u64, usize, usize) {
 
 /// Where the entry whose value bytes start at `b[pos..]` ends (skips what
 /// [`read_tail`] decodes: a scan passes most entries without their values).
+#[inline]
 fn tail_end(b: &[u8], mut pos: usize) -> usize {
     while b[pos] >= 0x80 {
         pos += 1;

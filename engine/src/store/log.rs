@@ -24,6 +24,7 @@ use ferrite_proto::record::{
 };
 use futures::channel::oneshot;
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Waits for space (1 ms each) before giving up with `LogFull`.
@@ -31,6 +32,25 @@ const SPACE_WAIT_ROUNDS: u32 = 20_000;
 /// Waits (1 ms each) for a running cleaner to bring disk use back under
 /// budget before writing past it anyway.
 const CLEANER_WAIT_ROUNDS: u32 = 10_000;
+
+/// Hashes a key hash (already an xxh3 digest) to itself: `pending_hashes`
+/// took a SipHash of it on every append and publish.
+#[derive(Debug, Default)]
+pub(crate) struct KeyHashHasher(u64);
+
+impl Hasher for KeyHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// A record appended and not yet published.
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +76,7 @@ pub(crate) struct LogState {
     /// Bytes `[round_down(durable), durable)` as last written (state words 0).
     pub tail_block: Vec<u8>,
     pub pending: VecDeque<Pending>,
-    pub pending_hashes: HashMap<u64, u32>,
+    pub pending_hashes: HashMap<u64, u32, BuildHasherDefault<KeyHashHasher>>,
     pub pending_punches: u32,
     pub pending_new_keys: usize,
 }
