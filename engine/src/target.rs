@@ -9,7 +9,7 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
-use ferrite_proto::rpc::{ErrorCode, Found, Placed, PunchScope, Reply, Request, TargetStat};
+use ferrite_proto::rpc::{ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat};
 
 use crate::server::BulkSlice;
 use crate::store::{
@@ -148,15 +148,15 @@ fn is_write(req: &Request) -> bool {
     )
 }
 
-/// This xstream's target if it takes `req` (no writes while closing).
-fn serving(req: &Request) -> Result<Rc<Target>, Reply> {
+/// This xstream's target if it takes a request (no writes while closing).
+fn serving(write: bool) -> Result<Rc<Target>, Reply> {
     let Some(t) = current() else {
         return Err(Reply::error(
             ErrorCode::ShuttingDown,
             "no target on this xstream",
         ));
     };
-    if t.closing.get() && is_write(req) {
+    if t.closing.get() && write {
         return Err(Reply::error(
             ErrorCode::ShuttingDown,
             "the engine is shutting down",
@@ -170,7 +170,7 @@ fn serving(req: &Request) -> Result<Rc<Target>, Reply> {
 /// ring), a BulkRead places the extent into it. `slice` was bounds-checked
 /// against the connection's bulk region and is `len` bytes long.
 pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
-    let t = match serving(&req) {
+    let t = match serving(is_write(&req)) {
         Ok(t) => t,
         Err(refusal) => return refusal,
     };
@@ -198,9 +198,22 @@ pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
     }
 }
 
+/// Fetches `keys` from this xstream's target with one
+/// [`Store::fetch_batch`] (their memory loads overlap): one reply per key,
+/// in order, each what a `Fetch` of that key alone gets.
+pub async fn handle_fetches(keys: Vec<Key>) -> Vec<Reply> {
+    let t = match serving(false) {
+        Ok(t) => t,
+        Err(refusal) => return vec![refusal; keys.len()],
+    };
+    let record_keys: Vec<_> = keys.iter().map(Key::as_record_key).collect();
+    let fetched = t.store.fetch_batch(&record_keys).await;
+    fetched.into_iter().map(found).collect()
+}
+
 /// Runs one data request against this xstream's target.
 pub async fn handle(req: Request) -> Reply {
-    let t = match serving(&req) {
+    let t = match serving(is_write(&req)) {
         Ok(t) => t,
         Err(refusal) => return refusal,
     };

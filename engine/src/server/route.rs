@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ferrite_proto::rpc::{ErrorCode, PunchScope, Reply, Request};
+use ferrite_proto::rpc::{ErrorCode, Key, PunchScope, Reply, Request};
 use ferrite_xstream::{TaskClass, XstreamId};
 use futures::future::join_all;
 
@@ -24,11 +24,63 @@ pub(crate) async fn execute(
     bulk: Option<&Arc<BulkRegion>>,
 ) -> Reply {
     match req {
-        Request::Batch(items) => {
-            Reply::Batch(join_all(items.into_iter().map(|i| execute_one(shared, i, bulk))).await)
-        }
+        Request::Batch(items) => Reply::Batch(execute_batch(shared, items, bulk).await),
         other => execute_one(shared, other, bulk).await,
     }
+}
+
+/// Runs the items of a batch (or a burst of pipelined requests) and returns
+/// their replies in order. The fetches of each target go to it together
+/// and run as one `Store::fetch_batch`, which overlaps their memory loads
+/// (one trip over the mesh for all of them, too); every other item runs
+/// alone, all concurrently, as items of one batch always have.
+pub(crate) async fn execute_batch(
+    shared: &Arc<Shared>,
+    items: Vec<Request>,
+    bulk: Option<&Arc<BulkRegion>>,
+) -> Vec<Reply> {
+    let n = items.len();
+    let mut fetches: Vec<(usize, Vec<usize>, Vec<Key>)> = Vec::new();
+    let mut others = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        if !matches!(item, Request::Fetch { .. }) {
+            others.push((i, item));
+            continue;
+        }
+        let t = owner(shared, &item);
+        let Request::Fetch { key } = item else {
+            continue;
+        };
+        match fetches.iter_mut().find(|g| g.0 == t) {
+            Some(g) => {
+                g.1.push(i);
+                g.2.push(key);
+            }
+            None => fetches.push((t, vec![i], vec![key])),
+        }
+    }
+    let groups = join_all(
+        fetches
+            .into_iter()
+            .map(|(t, at, keys)| async move { (at, fetches_on_target(shared, t, keys).await) }),
+    );
+    let singles = join_all(
+        others
+            .into_iter()
+            .map(|(i, item)| async move { (i, execute_one(shared, item, bulk).await) }),
+    );
+    let (groups, singles) = futures::future::join(groups, singles).await;
+    let mut out = vec![None; n];
+    for (at, replies) in groups {
+        for (i, r) in at.into_iter().zip(replies) {
+            out[i] = Some(r);
+        }
+    }
+    for (i, r) in singles {
+        out[i] = Some(r);
+    }
+    let lost = || Reply::error(ErrorCode::Internal, "no reply for this batch item");
+    out.into_iter().map(|r| r.unwrap_or_else(lost)).collect()
 }
 
 /// The checked slice of the connection's bulk region a bulk request names.
@@ -146,16 +198,33 @@ async fn run_on_target(
     req: Request,
     bulk: Option<BulkSlice>,
 ) -> Reply {
-    if ferrite_xstream::current() == Some(XstreamId(t)) {
-        return run_here(req, bulk).await;
-    }
-    let run = shared
-        .mesh
-        .run_on(XstreamId(t), TaskClass::Foreground, move || {
-            run_here(req, bulk)
-        });
-    run.await
+    on_xstream(shared, t, move || run_here(req, bulk))
+        .await
         .unwrap_or_else(|e| Reply::error(ErrorCode::ShuttingDown, format!("target {t}: {e}")))
+}
+
+/// Runs what `run` makes on target `t`'s xstream: in place when that is the
+/// calling xstream, else over the mesh.
+async fn on_xstream<T, F, Fut>(shared: &Arc<Shared>, t: usize, run: F) -> Result<T, String>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    if ferrite_xstream::current() == Some(XstreamId(t)) {
+        return Ok(run().await);
+    }
+    let sent = shared.mesh.run_on(XstreamId(t), TaskClass::Foreground, run);
+    sent.await.map_err(|e| e.to_string())
+}
+
+/// Fetches `keys` on target `t` as one batch; one reply per key.
+async fn fetches_on_target(shared: &Arc<Shared>, t: usize, keys: Vec<Key>) -> Vec<Reply> {
+    let n = keys.len();
+    let replies = on_xstream(shared, t, move || target::handle_fetches(keys)).await;
+    replies.unwrap_or_else(|e| {
+        vec![Reply::error(ErrorCode::ShuttingDown, format!("target {t}: {e}")); n]
+    })
 }
 
 /// Runs `req` on the calling xstream's target.
