@@ -3,10 +3,16 @@
 //! For each device (`malloc`, `pmem`, `uring`) and value size (64 B, 4 KiB,
 //! 1 MiB by default) on one xstream: durable updates/s with `--concurrency`
 //! tasks updating at once (group commit), fetches/s of resident records from
-//! one task (one key per call, and 16 per `fetch_batch` call; per wall second
-//! and per CPU second of the xstream's thread), p50/p99 latency of both, and
-//! DRAM metadata bytes per key: the bucket region, the key directory's own
-//! count, the heap growth (glibc `mallinfo2`, all arenas) over the load, and
+//! one task (per wall second and per CPU second of the xstream's thread) and
+//! their p50/p99 latency (per call), two ways: `fetch_one_per_call`, one key
+//! per `Store::fetch` call (what a lone RPC GET costs the target), and
+//! `fetch_served_batch16`, 16 keys per `Store::fetch_batch` call, the path
+//! the engine serves batch frames and bursts of pipelined GETs with (each
+//! target's fetches of a batch, or of the requests read in together, go to
+//! one `fetch_batch`: `target::handle_fetches`), here with a client
+//! pipelining 16; and DRAM metadata bytes per key: the bucket region, the
+//! key directory's own count, the heap growth (glibc `mallinfo2`, all
+//! arenas) over the load, and
 //! their total `metadata_bytes_per_key` (bucket region + bucket free list +
 //! the larger of the directory's count and the heap growth), with the load
 //! factor it was measured at (`bucket_load`: used slots over all slots) and
@@ -110,7 +116,7 @@ mod imp {
     /// Fetches timed one by one: every this many-th (clock reads cost as
     /// much as a resident fetch).
     const FETCH_SAMPLE_EVERY: u64 = 16;
-    /// Keys per `fetch_batch` call in the batched fetch figures.
+    /// Keys per `fetch_batch` call in the served fetch figures.
     const FETCH_BATCH: usize = 16;
 
     fn histogram() -> Histogram<u64> {
@@ -397,37 +403,42 @@ mod imp {
                 let s = Rc::new(Store::open(bdev, config(keys, load, ring)).await?);
                 let heap0 = heap_in_use();
                 let (secs, up) = update_all(&s, keys, size, concurrency, 1).await?;
+                let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
+                let (up50, up99) = (q(&up, 0.5), q(&up, 0.99));
                 let heap = heap_in_use().zip(heap0).map(|(a, b)| a.saturating_sub(b));
                 let one = fetch_many(&s, keys, size, fetch_ops, 1).await?;
-                let batched = fetch_many(&s, keys, size, fetch_ops, FETCH_BATCH).await?;
+                let served = fetch_many(&s, keys, size, fetch_ops, FETCH_BATCH).await?;
                 let st = s.stats();
                 let f = |name: &str, unit: &'static str, v: f64| Figure {
                     name: format!("store.{name}.{label}"),
                     unit,
                     ferrite: v,
                 };
-                let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
                 let mut out = vec![
                     f("update", "ops/s", keys as f64 / secs),
-                    f("update_p50", "us", q(&up, 0.5)),
-                    f("update_p99", "us", q(&up, 0.99)),
-                    f("fetch", "ops/s", one.ops as f64 / one.secs),
-                    f("fetch_per_cpu", "ops/cpu-s", one.ops as f64 / one.cpu_secs),
-                    f("fetch_p50", "us", q(&one.hist, 0.5)),
-                    f("fetch_p99", "us", q(&one.hist, 0.99)),
-                    f("fetch_batch16", "ops/s", batched.ops as f64 / batched.secs),
-                    f(
-                        "fetch_batch16_per_cpu",
-                        "ops/cpu-s",
-                        batched.ops as f64 / batched.cpu_secs,
-                    ),
-                    f("fetch_batch16_p50", "us", q(&batched.hist, 0.5)),
-                    f(
-                        "commits_per_update",
-                        "ratio",
-                        st.commits as f64 / keys as f64,
-                    ),
+                    f("update_p50", "us", up50),
+                    f("update_p99", "us", up99),
                 ];
+                for (name, run) in [
+                    ("fetch_one_per_call", &one),
+                    ("fetch_served_batch16", &served),
+                ] {
+                    out.extend([
+                        f(name, "ops/s", run.ops as f64 / run.secs),
+                        f(
+                            &format!("{name}_per_cpu"),
+                            "ops/cpu-s",
+                            run.ops as f64 / run.cpu_secs,
+                        ),
+                        f(&format!("{name}_p50"), "us", q(&run.hist, 0.5)),
+                        f(&format!("{name}_p99"), "us", q(&run.hist, 0.99)),
+                    ]);
+                }
+                out.push(f(
+                    "commits_per_update",
+                    "ratio",
+                    st.commits as f64 / keys as f64,
+                ));
                 for (name, unit, v) in memory_figures(&s, heap) {
                     out.push(f(name, unit, v));
                 }

@@ -148,14 +148,9 @@ fn is_write(req: &Request) -> bool {
     )
 }
 
-/// This xstream's target if it takes `req` (no writes while closing).
-fn serving(req: &Request) -> Result<Rc<Target>, Reply> {
-    serving_writes(is_write(req))
-}
-
 /// This xstream's target if it takes a request that writes (`write`) or
 /// does not.
-fn serving_writes(write: bool) -> Result<Rc<Target>, Reply> {
+fn serving(write: bool) -> Result<Rc<Target>, Reply> {
     let Some(t) = current() else {
         return Err(Reply::error(
             ErrorCode::ShuttingDown,
@@ -176,7 +171,7 @@ fn serving_writes(write: bool) -> Result<Rc<Target>, Reply> {
 /// ring), a BulkRead places the extent into it. `slice` was bounds-checked
 /// against the connection's bulk region and is `len` bytes long.
 pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
-    let t = match serving(&req) {
+    let t = match serving(is_write(&req)) {
         Ok(t) => t,
         Err(refusal) => return refusal,
     };
@@ -209,7 +204,7 @@ pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
 /// carries them is durable ([`Store::update_many`]). One reply per update,
 /// in order.
 pub async fn handle_updates(updates: Vec<(Key, Vec<u8>)>) -> Vec<Reply> {
-    let t = match serving_writes(true) {
+    let t = match serving(true) {
         Ok(t) => t,
         Err(refusal) => return vec![refusal; updates.len()],
     };
@@ -221,9 +216,22 @@ pub async fn handle_updates(updates: Vec<(Key, Vec<u8>)>) -> Vec<Reply> {
     results.into_iter().map(version).collect()
 }
 
+/// Fetches `keys` from this xstream's target with one
+/// [`Store::fetch_batch`] (their memory loads overlap): one reply per key,
+/// in order, each what a `Fetch` of that key alone gets.
+pub async fn handle_fetches(keys: Vec<Key>) -> Vec<Reply> {
+    let t = match serving(false) {
+        Ok(t) => t,
+        Err(refusal) => return vec![refusal; keys.len()],
+    };
+    let record_keys: Vec<_> = keys.iter().map(Key::as_record_key).collect();
+    let fetched = t.store.fetch_batch(&record_keys).await;
+    fetched.into_iter().map(found).collect()
+}
+
 /// Runs one data request against this xstream's target.
 pub async fn handle(req: Request) -> Reply {
-    let t = match serving(&req) {
+    let t = match serving(is_write(&req)) {
         Ok(t) => t,
         Err(refusal) => return refusal,
     };

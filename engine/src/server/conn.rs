@@ -16,9 +16,10 @@ use ferrite_proto::rpc::{self, ErrorCode, FrameHeader, MessageType, Reply, Reque
 use ferrite_proto::FormatError;
 use futures::channel::mpsc;
 use futures::future::Either;
-use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use futures::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use futures::{SinkExt, StreamExt};
 
+use super::bulk::BulkRegion;
 use super::{handshake, route, Shared};
 
 /// Replies gathered into one write, at most.
@@ -27,6 +28,8 @@ const WRITE_BATCH_BYTES: usize = 256 << 10;
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Read buffer per connection.
 const READ_BUFFER_BYTES: usize = 64 << 10;
+/// Most pipelined fetches found read in together that run as one batch.
+const FETCH_BURST_MAX: usize = 64;
 
 /// How the client reached us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,16 +175,29 @@ where
         let Ok(permit) = permits.acquire_static_permit(1).await else {
             break;
         };
-        let mut tx = tx.clone();
+        let mut burst = vec![(header.request_id, req)];
+        let mut held = vec![permit];
+        if matches!(burst[0].1, Request::Fetch { .. }) {
+            // Fetches already read in behind this one go to their targets
+            // with it, as one batch (no waiting for more to arrive).
+            while burst.len() < FETCH_BURST_MAX {
+                let Some((id, fetch, len)) = buffered_fetch(rd.buffer(), max_body) else {
+                    break;
+                };
+                let Ok(permit) = permits.try_acquire_static_permit(1) else {
+                    break;
+                };
+                std::pin::Pin::new(&mut rd).consume(len);
+                burst.push((id, fetch));
+                held.push(permit);
+            }
+        }
+        let tx = tx.clone();
         let shared = shared.clone();
         let bulk = bulk.clone();
         glommio::spawn_local(async move {
-            let kind = req.kind();
-            let reply = route::execute(&shared, req, bulk.as_ref()).await;
-            let mut out = Vec::with_capacity(encoded_size_hint(&reply));
-            rpc::encode_reply(kind, header.request_id, &reply, &mut out);
-            let _ = tx.send(out).await;
-            drop(permit);
+            answer(&shared, burst, bulk.as_ref(), tx).await;
+            drop(held);
         })
         .detach();
     }
@@ -201,6 +217,45 @@ where
     }
     drop(tx);
     writer.await;
+}
+
+/// The frame at the start of `buffered`, if it is there whole and is a
+/// well-formed Fetch: its request id, the request and the frame's length.
+/// Anything else is left for [`read_request`] (and its errors).
+fn buffered_fetch(buffered: &[u8], max_body: usize) -> Option<(u64, Request, usize)> {
+    let header = FrameHeader::decode(buffered.get(..HEADER_BYTES)?, max_body).ok()?;
+    if header.kind != MessageType::Fetch {
+        return None;
+    }
+    let end = HEADER_BYTES + header.body_len as usize;
+    let req = rpc::decode_request(&header, buffered.get(HEADER_BYTES..end)?).ok()?;
+    Some((header.request_id, req, end))
+}
+
+/// Runs `requests` (one, or a burst of fetches run as one batch) and hands
+/// their encoded replies, each under its request id, to the writer at once.
+async fn answer(
+    shared: &Arc<Shared>,
+    requests: Vec<(u64, Request)>,
+    bulk: Option<&Arc<BulkRegion>>,
+    mut tx: mpsc::Sender<Vec<u8>>,
+) {
+    let kinds: Vec<(MessageType, u64)> = requests.iter().map(|(id, r)| (r.kind(), *id)).collect();
+    let items: Vec<Request> = requests.into_iter().map(|(_, r)| r).collect();
+    let replies = if items.len() > 1 {
+        route::execute_batch(shared, items, bulk).await
+    } else {
+        let mut replies = Vec::with_capacity(1);
+        for req in items {
+            replies.push(route::execute(shared, req, bulk).await);
+        }
+        replies
+    };
+    let mut out = Vec::with_capacity(replies.iter().map(encoded_size_hint).sum());
+    for ((kind, id), reply) in kinds.into_iter().zip(&replies) {
+        rpc::encode_reply(kind, id, reply, &mut out);
+    }
+    let _ = tx.send(out).await;
 }
 
 /// About how many bytes `reply` encodes to, so that a big value's frame is

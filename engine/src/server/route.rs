@@ -29,46 +29,59 @@ pub(crate) async fn execute(
     }
 }
 
-/// Updates bound for one target: keys and values.
-type Updates = Vec<(Key, Vec<u8>)>;
+/// Items of one kind bound for one target, gathered from a batch: the
+/// target, where each item sits in the batch, and the items.
+type Group<T> = (usize, Vec<usize>, Vec<T>);
 
-/// Runs a batch's items. Its updates bound for one target travel there as
+/// Adds `item`, at position `i` of its batch, to target `t`'s group.
+fn push_grouped<T>(groups: &mut Vec<Group<T>>, t: usize, i: usize, item: T) {
+    match groups.iter_mut().find(|g| g.0 == t) {
+        Some(g) => {
+            g.1.push(i);
+            g.2.push(item);
+        }
+        None => groups.push((t, vec![i], vec![item])),
+    }
+}
+
+/// Runs the items of a batch (or a burst of pipelined requests) and returns
+/// their replies in order. Its updates bound for one target travel there as
 /// one message and are appended and committed as one group
-/// ([`target::handle_updates`]): one mesh crossing, one task and one wait
-/// for durability per target instead of per update. Every other item runs
-/// on its own, concurrently. Replies in the items' order.
-async fn execute_batch(
+/// ([`target::handle_updates`]: one mesh crossing, one task and one wait for
+/// durability per target instead of per update); its fetches of one target
+/// go there together and run as one `Store::fetch_batch`, which overlaps
+/// their memory loads ([`target::handle_fetches`]). Every other item runs on
+/// its own. Groups and other items all run concurrently.
+pub(crate) async fn execute_batch(
     shared: &Arc<Shared>,
     items: Vec<Request>,
     bulk: Option<&Arc<BulkRegion>>,
 ) -> Vec<Reply> {
     let count = items.len();
-    let mut groups: Vec<(Vec<usize>, Updates)> = Vec::new();
+    let mut updates: Vec<Group<(Key, Vec<u8>)>> = Vec::new();
+    let mut fetches: Vec<Group<Key>> = Vec::new();
     let mut others = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
         let t = owner(shared, &item);
         match item {
-            Request::Update { key, value } => {
-                if groups.len() <= t {
-                    groups.resize_with(t + 1, Default::default);
-                }
-                groups[t].0.push(i);
-                groups[t].1.push((key, value));
-            }
+            Request::Update { key, value } => push_grouped(&mut updates, t, i, (key, value)),
+            Request::Fetch { key } => push_grouped(&mut fetches, t, i, key),
             other => others.push((i, other)),
         }
     }
-    let updates = groups
+    let updates = updates
         .into_iter()
-        .enumerate()
-        .filter(|(_, (at, _))| !at.is_empty())
-        .map(|(t, (at, group))| async move { (at, updates_on_target(shared, t, group).await) });
+        .map(|(t, at, group)| async move { (at, updates_on_target(shared, t, group).await) });
+    let fetches = fetches
+        .into_iter()
+        .map(|(t, at, keys)| async move { (at, fetches_on_target(shared, t, keys).await) });
     let singles = others
         .into_iter()
         .map(|(i, req)| async move { (vec![i], vec![execute_one(shared, req, bulk).await]) });
-    let (updated, ran) = futures::join!(join_all(updates), join_all(singles));
+    let (updated, fetched, ran) =
+        futures::join!(join_all(updates), join_all(fetches), join_all(singles));
     let mut replies: Vec<Option<Reply>> = vec![None; count];
-    for (at, group) in updated.into_iter().chain(ran) {
+    for (at, group) in updated.into_iter().chain(fetched).chain(ran) {
         for (i, reply) in at.into_iter().zip(group) {
             replies[i] = Some(reply);
         }
@@ -81,7 +94,11 @@ async fn execute_batch(
 
 /// Runs a group of updates on target `t`'s xstream; notes a target turned
 /// read-only.
-async fn updates_on_target(shared: &Arc<Shared>, t: usize, group: Updates) -> Vec<Reply> {
+async fn updates_on_target(
+    shared: &Arc<Shared>,
+    t: usize,
+    group: Vec<(Key, Vec<u8>)>,
+) -> Vec<Reply> {
     let count = group.len();
     let replies = on_xstream(shared, t, move || target::handle_updates(group))
         .await
@@ -221,6 +238,13 @@ where
     }
     let run = shared.mesh.run_on(XstreamId(t), TaskClass::Foreground, run);
     run.await.map_err(|e| format!("target {t}: {e}"))
+}
+
+/// Fetches `keys` on target `t` as one batch; one reply per key.
+async fn fetches_on_target(shared: &Arc<Shared>, t: usize, keys: Vec<Key>) -> Vec<Reply> {
+    let n = keys.len();
+    let replies = on_xstream(shared, t, move || target::handle_fetches(keys)).await;
+    replies.unwrap_or_else(|e| vec![Reply::error(ErrorCode::ShuttingDown, e); n])
 }
 
 /// Runs `req` on the calling xstream's target.

@@ -267,6 +267,10 @@ pub struct StoreStats {
     /// Ring bytes the keeper gave up on because it fell behind.
     pub keeper_skipped_bytes: u64,
     pub checkpoints: u64,
+    /// [`Store::fetch_batch`] calls and the keys they fetched (the engine
+    /// serves batch frames and bursts of pipelined GETs that way).
+    pub fetch_batches: u64,
+    pub fetch_batch_keys: u64,
     pub bucket_slots_used: usize,
     pub bucket_count_total: u32,
     pub overflow_buckets_free: usize,
@@ -294,6 +298,8 @@ struct Counters {
     keeper_bytes_kept: u64,
     keeper_skipped_bytes: u64,
     checkpoints: u64,
+    fetch_batches: u64,
+    fetch_batch_keys: u64,
 }
 
 /// The record store of one target. See the module docs.
@@ -412,6 +418,8 @@ impl Store {
             keeper_bytes_kept: c.keeper_bytes_kept,
             keeper_skipped_bytes: c.keeper_skipped_bytes,
             checkpoints: c.checkpoints,
+            fetch_batches: c.fetch_batches,
+            fetch_batch_keys: c.fetch_batch_keys,
             bucket_slots_used: t.used_slots(),
             bucket_count_total: t.total_count(),
             overflow_buckets_free: t.free_overflow(),

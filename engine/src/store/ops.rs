@@ -413,31 +413,59 @@ impl Store {
 
     /// Fetches several keys, overlapping their memory loads: every key's
     /// main bucket is prefetched, then every resident record its bucket
-    /// names, then each key is fetched as by [`Store::fetch`]. Results are
-    /// in the order of `keys`.
+    /// names, then each key is looked up as by [`Store::fetch`]; the keys
+    /// whose records left the ring are then read from the device together
+    /// (their reads overlap too). Results are in the order of `keys` and are
+    /// what [`Store::fetch`] of each key would return.
     pub async fn fetch_batch(&self, keys: &[RecordKey<'_>]) -> Vec<Result<Option<(u64, Vec<u8>)>>> {
         let hashes: Vec<KeyHash> = keys.iter().map(RecordKey::hash).collect();
         {
-            let table = self.table.borrow();
-            for h in &hashes {
-                table.prefetch_home(h.0);
-            }
-            for h in &hashes {
-                let b = table.load(table.home(h.0));
-                let fp = h.fingerprint();
-                let hit = (0..SLOTS_PER_BUCKET)
-                    .map(|s| b.slot(s))
-                    .find(|s| s.fingerprint == fp);
-                if let Some(slot) = hit.filter(|s| self.resident(s.addr)) {
-                    self.prefetch_record(slot.addr, slot.length);
+            let mut c = self.counters.borrow_mut();
+            c.fetch_batches += 1;
+            c.fetch_batch_keys += keys.len() as u64;
+        }
+        self.prefetch_keys(&hashes);
+        let mut out = Vec::with_capacity(keys.len());
+        let mut on_device = Vec::new();
+        for (i, (k, h)) in keys.iter().zip(&hashes).enumerate() {
+            match Self::validate(k, 0).and_then(|()| self.lookup(k, *h)) {
+                Err(e) => out.push(Err(e)),
+                Ok(Found::Absent) => out.push(Ok(None)),
+                Ok(Found::Value(v, bytes)) => out.push(Ok(Some((v, bytes)))),
+                Ok(Found::OnDevice(..)) => {
+                    out.push(Ok(None));
+                    on_device.push(i);
                 }
             }
         }
-        let mut out = Vec::with_capacity(keys.len());
-        for (k, h) in keys.iter().zip(hashes) {
-            out.push(self.fetch_hashed(k, h).await);
+        if !on_device.is_empty() {
+            let reads = on_device
+                .iter()
+                .map(|&i| self.fetch_hashed(&keys[i], hashes[i]));
+            for (i, r) in on_device.iter().zip(futures::future::join_all(reads).await) {
+                out[*i] = r;
+            }
         }
         out
+    }
+
+    /// Prefetches the main bucket of every hash, then the resident record
+    /// each of those buckets names for its key's fingerprint.
+    fn prefetch_keys(&self, hashes: &[KeyHash]) {
+        let table = self.table.borrow();
+        for h in hashes {
+            table.prefetch_home(h.0);
+        }
+        for h in hashes {
+            let b = table.load(table.home(h.0));
+            let fp = h.fingerprint();
+            let hit = (0..SLOTS_PER_BUCKET)
+                .map(|s| b.slot(s))
+                .find(|s| s.fingerprint == fp);
+            if let Some(slot) = hit.filter(|s| self.resident(s.addr)) {
+                self.prefetch_record(slot.addr, slot.length);
+            }
+        }
     }
 
     /// Prefetches the first cache lines of the ring record at `addr`.

@@ -242,6 +242,20 @@ impl RawClient {
         Ok(id)
     }
 
+    /// Sends several requests in one write (they reach the engine
+    /// together); returns their ids.
+    pub fn send_all(&mut self, reqs: &[Request]) -> std::io::Result<Vec<u64>> {
+        let mut out = Vec::new();
+        let mut ids = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            ids.push(self.next_id);
+            rpc::encode_request(self.next_id, req, &mut out);
+            self.next_id += 1;
+        }
+        self.stream.write_all(&out)?;
+        Ok(ids)
+    }
+
     /// Reads one reply frame.
     pub fn recv(&mut self) -> std::io::Result<(FrameHeader, Reply)> {
         let mut head = [0u8; HEADER_BYTES];
