@@ -1,15 +1,21 @@
 //! The hot-record keeper: small live records — single values and the
 //! extents of small byte arrays — stay in the memory ring while bulk writes
 //! lap it several times, so fetching them reads no device; the copies never
-//! resurrect older bytes, neither live nor after recovery; and with the
-//! keeper off the same workload does read the device (the check has teeth).
+//! resurrect older bytes, neither live nor after recovery; with the keeper
+//! off the same workload does read the device (the check has teeth); and a
+//! lap's copies are bounded in number, not only in bytes, when more small
+//! records pass than its budget keeps.
 
 use ferrite_bdev::BdevRef;
-use ferrite_engine::store::{Store, StoreConfig};
+use ferrite_engine::store::{Store, StoreConfig, KEEP_CHARGE_MIN_BYTES};
 use ferrite_proto::key::RecordKey;
 
-const SMALL_KEYS: u32 = 300;
-const ARRAYS: u32 = 20;
+// Small records and array pieces (28 copy steps, 8 for the arrays) that a
+// lap of the 1 MiB ring keeps whole: its budget is 64 copy steps (a quarter
+// of it at KEEP_CHARGE_MIN_BYTES each), and a record at the start of a lap
+// is copied twice in it (once half a ring old, its copy again).
+const SMALL_KEYS: u32 = 20;
+const ARRAYS: u32 = 4;
 const ARRAY_BYTES: usize = 3901;
 const BIG_VALUE: usize = 48 << 10;
 
@@ -90,6 +96,14 @@ async fn check_arrays(store: &Store) {
 async fn check_small(store: &Store, latest: &[u32]) -> u64 {
     let before = store.stats().device_reads;
     check_arrays(store).await;
+    let arrays = store.stats().device_reads - before;
+    arrays + check_keys(store, latest).await
+}
+
+/// Fetches every small key, checks it is the value of round `latest[k]`,
+/// returns the device reads it took.
+async fn check_keys(store: &Store, latest: &[u32]) -> u64 {
+    let before = store.stats().device_reads;
     for (k, round) in latest.iter().enumerate() {
         let k = k as u32;
         let kb = small_key(k);
@@ -206,4 +220,35 @@ fn power_loss_during_keeping_loses_nothing_acknowledged() {
             .join()
             .unwrap();
     }
+}
+
+/// Far more small records than a lap's budget keeps (1000 against 64 per lap
+/// of the 1 MiB ring): the keeper copies at most a quarter lap's worth of
+/// [`KEEP_CHARGE_MIN_BYTES`] per lap, however small the records, and every
+/// key still reads back its value, those not kept from the device.
+#[test]
+fn a_lap_keeps_a_bounded_number_of_small_records() {
+    const MANY: u32 = 1000;
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            let bdev: BdevRef = ferrite_bdev::open("malloc:32M").unwrap();
+            let store = Store::open(bdev, cfg(4096)).await.unwrap();
+            let mut latest = vec![0u32; MANY as usize];
+            write_small(&store, 0..MANY, 1, &mut latest).await;
+            lap_the_ring(&store, 3, true).await;
+            let st = store.stats();
+            let laps = st.head.div_ceil(st.ring_bytes);
+            let per_lap = st.ring_bytes / 4 / KEEP_CHARGE_MIN_BYTES + 1;
+            let kept = st.keeper_records_kept;
+            assert!(kept > 0, "nothing kept");
+            assert!(
+                kept <= laps * per_lap,
+                "kept {kept} records in {laps} laps (at most {per_lap} each)"
+            );
+            let reads = check_keys(&store, &latest).await;
+            assert!(reads >= u64::from(MANY) / 2, "only {reads} device reads");
+        })
+        .unwrap()
+        .join()
+        .unwrap();
 }

@@ -74,7 +74,7 @@ pub const MAX_MAIN_BUCKETS: u64 = 1 << 31;
 pub use cleaner::{CleanReport, CLEANER_SHARES};
 pub use error::{Result, StoreError};
 pub use format::Geometry;
-pub use keeper::KEEPER_SHARES;
+pub use keeper::{KEEPER_SHARES, KEEP_CHARGE_MIN_BYTES};
 pub use ops::{ExtentSink, EXTENT_READ_MAX_BYTES};
 pub use sync::Durability;
 
