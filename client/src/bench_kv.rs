@@ -9,8 +9,9 @@
 //! empty), uniformly random over `--keys`; values are `--value-size` bytes.
 //! GET and mix runs first load every key with batched PUTs.
 //!
-//! Latency is sampled on every 8th one-sided GET (timing is as dear as the
-//! GET) and taken for every other operation.
+//! Latency is sampled on every 8th one-sided GET and taken for every other
+//! operation, in ticks of the CPU's time-stamp counter where there is one
+//! (one instruction, as perftest times its reads; see `bench_kv/clock.rs`).
 //!
 //! `--async-gets` runs GETs as `Client::get_async` futures, `--pipeline` at
 //! a time from each thread.
@@ -33,6 +34,8 @@ use ferrite_proto::rpc::{Key, Reply, Request};
 use hdrhistogram::Histogram;
 
 use crate::client::{Client, ClientOptions};
+
+mod clock;
 
 /// Arguments of `ferrite bench kv`.
 #[derive(clap::Args, Debug, Clone)]
@@ -350,6 +353,7 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
     let before = client.counters();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
+    let calibration = clock::Calibration::start();
     let results: Vec<WorkerResult> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..args.clients.max(1))
             .map(|c| {
@@ -362,6 +366,7 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
     let elapsed = started.elapsed().as_secs_f64();
+    let ns_per_tick = calibration.ns_per_tick();
     let counters = client.counters().since(&before);
     let mut hist = new_histogram();
     let (mut ops, mut errors, mut cpu) = (0, 0, 0.0);
@@ -371,7 +376,9 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
         errors += r.errors;
         cpu += r.cpu_seconds;
     }
-    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    // Whole nanoseconds, as before the ticks.
+    let to_us = |ticks: u64| (ticks as f64 * ns_per_tick).round() / 1000.0;
+    let us = |q: f64| to_us(hist.value_at_quantile(q));
     Ok(KvReport {
         op: args.op.clone(),
         engine,
@@ -388,7 +395,7 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
             p50: us(0.5),
             p99: us(0.99),
             p999: us(0.999),
-            max: hist.max() as f64 / 1000.0,
+            max: to_us(hist.max()),
         },
         one_sided_hit_rate: counters.one_sided_hit_rate(),
         bucket_cache_hits_per_get: match counters.one_sided_hits + counters.fallbacks {
@@ -402,6 +409,7 @@ pub fn measure(args: &BenchKvArgs) -> anyhow::Result<KvReport> {
     })
 }
 
+/// Latencies in ticks of `clock::ticks`.
 fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap_or_else(|_| {
         Histogram::new(3).unwrap_or_else(|_| unreachable!("3 sig figs is valid"))
@@ -435,11 +443,10 @@ fn get_batches(
             .iter()
             .map(|n| RecordKey::new(0, 0, n, b""))
             .collect();
-        let t0 = Instant::now();
+        let t0 = clock::ticks();
         let results = client.get_many_into(&keys, &mut batch.outs);
         if round == 0 {
-            let ns = t0.elapsed().as_nanos() as u64;
-            let _ = hist.record_n(ns, keys.len() as u64);
+            let _ = hist.record_n(clock::since(t0), keys.len() as u64);
         }
         ops += keys.len() as u64;
         match results {
@@ -466,12 +473,12 @@ fn get_async_round(
     hist: &mut Histogram<u64>,
     depth: usize,
 ) -> (u64, u64) {
-    let t0 = Instant::now();
+    let t0 = clock::ticks();
     let gets: Vec<_> = (0..depth)
         .map(|_| client.get_async(&Key::new(0, 0, &key_name(rng.next(args.keys)), b"")))
         .collect();
     let results = futures::executor::block_on(futures::future::join_all(gets));
-    let _ = hist.record_n(t0.elapsed().as_nanos() as u64, depth as u64);
+    let _ = hist.record_n(clock::since(t0), depth as u64);
     let errors = results
         .iter()
         .filter(|r| !matches!(r, Ok(Some(f)) if f.value.len() == args.value_size))
@@ -540,14 +547,14 @@ fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBoo
             continue;
         }
         if is_get && (one_sided_local || depth == 1) {
-            // Latency of every 8th GET: timing each would cost as much as
-            // a one-sided GET itself.
+            // Latency of every 8th GET (recording it costs about what a
+            // one-sided GET does on an emulated CPU).
             for i in 0..64 {
                 write_key_name(&mut name, rng.next(args.keys));
-                let t0 = (i % 8 == 0).then(Instant::now);
+                let t0 = (i % 8 == 0).then(clock::ticks);
                 let r = client.get_into(&RecordKey::new(0, 0, &name, b""), &mut out);
                 if let Some(t0) = t0 {
-                    let _ = hist.record(t0.elapsed().as_nanos() as u64);
+                    let _ = hist.record(clock::since(t0));
                 }
                 ops += 1;
                 match r {
@@ -557,7 +564,7 @@ fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBoo
             }
             continue;
         }
-        let t0 = Instant::now();
+        let t0 = clock::ticks();
         let requests: Vec<Request> = (0..depth)
             .map(|_| {
                 let key = Key::new(0, 0, &key_name(rng.next(args.keys)), b"");
@@ -576,8 +583,7 @@ fn worker(client: &Client, args: &BenchKvArgs, op: Op, id: u64, stop: &AtomicBoo
         } else {
             client.batch(requests).map_err(|_| ())
         };
-        let ns = t0.elapsed().as_nanos() as u64;
-        let _ = hist.record_n(ns, depth as u64);
+        let _ = hist.record_n(clock::since(t0), depth as u64);
         ops += depth as u64;
         match replies {
             Ok(rs) => {

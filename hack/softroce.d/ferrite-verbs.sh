@@ -23,9 +23,11 @@
 #    rounds of GET p50/p99 (cached and cold) beside ib_read_lat's typical/p99, and their
 #    ratios (target <= 2.5: two reads per cold GET, one per cached bucket). perftest's
 #    "typical" is the median of its post-to-post times (both sides busy-poll), the same
-#    statistic as the GET p50. The target ratios compare reads of the same sizes: a cold
-#    GET to the mean typical of ib_read_lat reads of its two sizes (bucket, record), a
-#    cached one to reads of a record's size. Beside them, the ratios to perftest's default
+#    statistic as the GET p50, and both are timed with the CPU's time-stamp counter (one
+#    rdtsc; a clock_gettime costs about a microsecond on this emulated CPU). The target
+#    ratios compare reads of the same sizes: a cold GET to the mean typical of ib_read_lat
+#    reads of its two sizes (bucket, record), a cached one to reads of a record's size.
+#    Beside them, the ratios to perftest's default
 #    2-byte reads: under TCG a read of 80 bytes or more also pays the guest kernel's FPU
 #    save and restore for rxe's PCLMUL ICRC (about 7 us here), which 2-byte reads and
 #    hardware do not. Rounds alternate the tools so that a busy host slows both alike;

@@ -45,6 +45,7 @@ pub struct Slot {
 }
 
 impl Slot {
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.fingerprint == 0
     }
@@ -54,6 +55,7 @@ impl Slot {
         let ptr = (self.addr & ADDR_MASK) | (u64::from(self.version_low) << ADDR_BITS);
         out[8..16].copy_from_slice(&ptr.to_le_bytes());
     }
+    #[inline]
     fn decode(b: &[u8]) -> Self {
         let mut w = [0u8; 8];
         w.copy_from_slice(&b[8..16]);
@@ -91,19 +93,24 @@ impl Default for Bucket {
 }
 
 impl Bucket {
+    #[inline]
     pub fn seq(&self) -> u32 {
         u32::from_le_bytes([self.0[0], self.0[1], self.0[2], self.0[3]])
     }
+    #[inline]
     pub fn stored_crc(&self) -> u32 {
         u32::from_le_bytes([self.0[4], self.0[5], self.0[6], self.0[7]])
     }
+    #[inline]
     pub fn next(&self) -> u32 {
         u32::from_le_bytes([self.0[8], self.0[9], self.0[10], self.0[11]])
     }
+    #[inline]
     pub fn slot(&self, i: usize) -> Slot {
         let s = OFF_SLOTS + i * SLOT_BYTES;
         Slot::decode(&self.0[s..s + SLOT_BYTES])
     }
+    #[inline]
     pub fn slots(&self) -> [Slot; SLOTS_PER_BUCKET] {
         [self.slot(0), self.slot(1), self.slot(2)]
     }
@@ -116,6 +123,7 @@ impl Bucket {
     }
 
     /// CRC over everything but the CRC field.
+    #[inline]
     pub fn compute_crc(&self) -> u32 {
         let mut h = crc32fast::Hasher::new();
         h.update(&self.0[..OFF_CRC]);
@@ -133,6 +141,7 @@ impl Bucket {
     }
 
     /// Checks the CRC of a copy read from a region.
+    #[inline]
     pub fn check(&self) -> Result<(), FormatError> {
         let stored = self.stored_crc();
         let computed = self.compute_crc();
@@ -147,6 +156,7 @@ impl Bucket {
     }
 
     /// Slots whose fingerprint matches.
+    #[inline]
     pub fn matching(&self, fingerprint: u32) -> impl Iterator<Item = Slot> + '_ {
         (0..SLOTS_PER_BUCKET)
             .map(|i| self.slot(i))

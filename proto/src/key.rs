@@ -19,6 +19,7 @@ pub struct RecordKey<'a> {
 }
 
 impl<'a> RecordKey<'a> {
+    #[inline]
     pub fn new(container: u64, object: u128, dkey: &'a [u8], akey: &'a [u8]) -> Self {
         Self {
             container,
@@ -29,11 +30,13 @@ impl<'a> RecordKey<'a> {
     }
 
     /// Hash of (container, object, dkey): decides the owning target.
+    #[inline]
     pub fn dkey_hash(&self) -> u64 {
         dkey_hash(self.container, self.object, self.dkey)
     }
 
     /// Hash of the whole key: decides bucket and fingerprint.
+    #[inline]
     pub fn hash(&self) -> KeyHash {
         KeyHash(xxh3_64_with_seed(self.akey, self.dkey_hash()))
     }
@@ -54,6 +57,7 @@ impl<'a> RecordKey<'a> {
 }
 
 /// Hash of (container, object, dkey).
+#[inline]
 pub fn dkey_hash(container: u64, object: u128, dkey: &[u8]) -> u64 {
     let mut prefix = [0u8; 24];
     prefix[..8].copy_from_slice(&container.to_le_bytes());
@@ -71,6 +75,7 @@ impl KeyHash {
     /// low 32 bits scaled to the count (`low32 × count >> 32`, a multiply
     /// instead of a division), so that a table can be sized to any count.
     /// Both use only the low 32 bits, which the fingerprint does not.
+    #[inline]
     pub fn bucket_index(self, main_bucket_count: u64) -> u64 {
         debug_assert!((1..=u64::from(u32::MAX)).contains(&main_bucket_count));
         if main_bucket_count.is_power_of_two() {
@@ -81,6 +86,7 @@ impl KeyHash {
     }
 
     /// Slot fingerprint: the high 32 bits, never 0 (0 marks an empty slot).
+    #[inline]
     pub fn fingerprint(self) -> u32 {
         match (self.0 >> 32) as u32 {
             0 => 1,
@@ -90,6 +96,7 @@ impl KeyHash {
 }
 
 /// Jump consistent hash (Lamping & Veach): the target that owns a dkey hash.
+#[inline]
 pub fn target_of(dkey_hash: u64, target_count: u32) -> u32 {
     assert!(target_count > 0, "target_count must be positive");
     let mut key = dkey_hash;

@@ -62,37 +62,44 @@ impl RecordFlags {
     pub const fn with(self, bit: u8) -> Self {
         Self(self.0 | bit)
     }
+    #[inline]
     pub const fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
     }
 }
 
+#[inline]
 fn align_up(n: usize) -> usize {
     n.div_ceil(RECORD_ALIGN) * RECORD_ALIGN
 }
 
 /// Total bytes of a record (header, key, value, padding).
+#[inline]
 pub fn record_len(key: &RecordKey<'_>, value_len: usize) -> usize {
     align_up(HEADER_BYTES + key.dkey.len() + key.akey.len() + value_len)
 }
 
 /// The little-endian `u16` at byte `off` of `b` (panics past the end).
+#[inline]
 pub fn get_u16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
 /// The little-endian `u32` at byte `off` of `b` (panics past the end).
+#[inline]
 pub fn get_u32(b: &[u8], off: usize) -> u32 {
     let mut a = [0u8; 4];
     a.copy_from_slice(&b[off..off + 4]);
     u32::from_le_bytes(a)
 }
 /// The little-endian `u64` at byte `off` of `b` (panics past the end).
+#[inline]
 pub fn get_u64(b: &[u8], off: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[off..off + 8]);
     u64::from_le_bytes(a)
 }
 /// The little-endian `u128` at byte `off` of `b` (panics past the end).
+#[inline]
 pub fn get_u128(b: &[u8], off: usize) -> u128 {
     let mut a = [0u8; 16];
     a.copy_from_slice(&b[off..off + 16]);
@@ -100,6 +107,7 @@ pub fn get_u128(b: &[u8], off: usize) -> u128 {
 }
 
 /// Computes the CRC32 of a complete record's covered bytes.
+#[inline]
 pub fn record_crc(record: &[u8], body_len: usize) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&record[..OFF_CRC]);
@@ -172,6 +180,7 @@ pub struct RecordView<'a> {
 impl<'a> RecordView<'a> {
     /// Parses the record at the start of `bytes` and checks magic, format,
     /// lengths and CRC. Bytes after the record are ignored.
+    #[inline]
     pub fn parse(bytes: &'a [u8]) -> Result<Self, FormatError> {
         if bytes.len() < HEADER_BYTES {
             return Err(FormatError::Short {
@@ -237,6 +246,7 @@ impl<'a> RecordView<'a> {
     }
 
     /// Checks that this is the record for `key` stored at log address `addr`.
+    #[inline]
     pub fn verify_for(&self, key: &RecordKey<'_>, addr: u64) -> Result<(), FormatError> {
         if self.addr() != addr {
             return Err(FormatError::Mismatch("log address"));
@@ -254,51 +264,66 @@ impl<'a> RecordView<'a> {
     }
 
     /// Total length including padding.
+    #[inline]
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
+    #[inline]
     pub fn flags(&self) -> RecordFlags {
         RecordFlags(self.bytes[OFF_FLAGS])
     }
+    #[inline]
     pub fn addr(&self) -> u64 {
         get_u64(self.bytes, OFF_ADDR)
     }
+    #[inline]
     pub fn version(&self) -> u64 {
         get_u64(self.bytes, OFF_VERSION)
     }
+    #[inline]
     pub fn container(&self) -> u64 {
         get_u64(self.bytes, OFF_CONTAINER)
     }
+    #[inline]
     pub fn object(&self) -> u128 {
         get_u128(self.bytes, OFF_OBJECT)
     }
+    #[inline]
     pub fn extent_offset(&self) -> u64 {
         get_u64(self.bytes, OFF_EXTENT_OFFSET)
     }
     /// The in-memory state word (not covered by the CRC).
+    #[inline]
     pub fn state(&self) -> u32 {
         get_u32(self.bytes, OFF_STATE)
     }
+    #[inline]
     pub fn is_superseded(&self) -> bool {
         self.state() & STATE_SUPERSEDED != 0
     }
+    #[inline]
     pub fn dkey(&self) -> &'a [u8] {
         &self.bytes[HEADER_BYTES..HEADER_BYTES + self.dkey_len]
     }
+    #[inline]
     pub fn akey(&self) -> &'a [u8] {
         let s = HEADER_BYTES + self.dkey_len;
         &self.bytes[s..s + self.akey_len]
     }
+    #[inline]
     pub fn key(&self) -> RecordKey<'a> {
         RecordKey::new(self.container(), self.object(), self.dkey(), self.akey())
     }
+    #[inline]
     pub fn value(&self) -> &'a [u8] {
         let s = HEADER_BYTES + self.dkey_len + self.akey_len;
         &self.bytes[s..s + self.value_len]
     }
+    #[inline]
     pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }

@@ -351,6 +351,7 @@ impl RcQp {
     }
 
     /// Work requests posted and not yet completed.
+    #[inline]
     pub fn outstanding(&self) -> usize {
         self.outstanding
     }
