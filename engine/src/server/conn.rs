@@ -242,14 +242,9 @@ async fn answer(
 ) {
     let kinds: Vec<(MessageType, u64)> = requests.iter().map(|(id, r)| (r.kind(), *id)).collect();
     let items: Vec<Request> = requests.into_iter().map(|(_, r)| r).collect();
-    let replies = if items.len() > 1 {
-        route::execute_batch(shared, items, bulk).await
-    } else {
-        let mut replies = Vec::with_capacity(1);
-        for req in items {
-            replies.push(route::execute(shared, req, bulk).await);
-        }
-        replies
+    let replies = match <[Request; 1]>::try_from(items) {
+        Ok([req]) => vec![route::execute(shared, req, bulk).await],
+        Err(items) => route::execute_batch(shared, items, bulk).await,
     };
     let mut out = Vec::with_capacity(replies.iter().map(encoded_size_hint).sum());
     for ((kind, id), reply) in kinds.into_iter().zip(&replies) {

@@ -432,18 +432,19 @@ impl Store {
                 Err(e) => out.push(Err(e)),
                 Ok(Found::Absent) => out.push(Ok(None)),
                 Ok(Found::Value(v, bytes)) => out.push(Ok(Some((v, bytes)))),
-                Ok(Found::OnDevice(..)) => {
+                Ok(found @ Found::OnDevice(..)) => {
                     out.push(Ok(None));
-                    on_device.push(i);
+                    on_device.push((i, found));
                 }
             }
         }
         if !on_device.is_empty() {
+            let at: Vec<usize> = on_device.iter().map(|(i, _)| *i).collect();
             let reads = on_device
-                .iter()
-                .map(|&i| self.fetch_hashed(&keys[i], hashes[i]));
-            for (i, r) in on_device.iter().zip(futures::future::join_all(reads).await) {
-                out[*i] = r;
+                .into_iter()
+                .map(|(i, found)| self.fetch_found(&keys[i], hashes[i], found));
+            for (i, r) in at.into_iter().zip(futures::future::join_all(reads).await) {
+                out[i] = r;
             }
         }
         out
@@ -483,8 +484,21 @@ impl Store {
         hash: KeyHash,
     ) -> Result<Option<(u64, Vec<u8>)>> {
         Self::validate(key, 0)?;
+        let found = self.lookup(key, hash)?;
+        self.fetch_found(key, hash, found).await
+    }
+
+    /// Finishes a fetch from what [`Store::lookup`] found: a record that
+    /// left the ring is read from the device, and the key is looked up
+    /// again (a bounded number of times) when the record moved meanwhile.
+    async fn fetch_found(
+        &self,
+        key: &RecordKey<'_>,
+        hash: KeyHash,
+        mut found: Found,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
         for _ in 0..MOVED_RETRIES {
-            let (addr, len) = match self.lookup(key, hash)? {
+            let (addr, len) = match found {
                 Found::Absent => return Ok(None),
                 Found::Value(v, bytes) => return Ok(Some((v, bytes))),
                 Found::OnDevice(addr, len) => (addr, len),
@@ -499,7 +513,7 @@ impl Store {
                     })?;
                     return Ok(Some((v.version(), v.value().to_vec())));
                 }
-                Err(_) if self.moved(key, addr) => continue,
+                Err(_) if self.moved(key, addr) => found = self.lookup(key, hash)?,
                 Err(e) => return Err(e),
             }
         }
