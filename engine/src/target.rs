@@ -289,6 +289,9 @@ pub async fn handle(req: Request) -> Reply {
             s.fetch_extent(&key.as_record_key(), offset, u64::from(len))
                 .await,
         ),
+        Request::ExtentList { key } => s
+            .extent_list(&key.as_record_key())
+            .map_or_else(store_error, Reply::Extents),
         Request::ListObjects {
             container,
             after,

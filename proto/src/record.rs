@@ -115,6 +115,19 @@ pub fn record_crc(record: &[u8], body_len: usize) -> u32 {
     h.finalize()
 }
 
+/// [`record_crc`] of a record read in parts: `head` is its header and key
+/// parts, `value` its value's bytes in order, in as many slices as they
+/// were read in.
+pub fn record_crc_parts(head: &[u8], value: &[&[u8]]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&head[..OFF_CRC]);
+    h.update(&head[HEADER_BYTES..]);
+    for part in value {
+        h.update(part);
+    }
+    h.finalize()
+}
+
 /// Writes a record into `out` (exactly [`record_len`] bytes) and returns its
 /// length. `addr` is the log address the record will live at.
 pub fn encode_record(
@@ -386,6 +399,21 @@ mod tests {
         b[OFF_STATE] = STATE_SUPERSEDED as u8;
         let v = RecordView::parse(&b).unwrap();
         assert!(v.is_superseded());
+    }
+
+    #[test]
+    fn crc_of_a_record_read_in_parts_is_its_crc() {
+        let k = RecordKey::new(1, 1, b"dk", b"a");
+        let b = make(&k, b"0123456789", 3, 0);
+        let head = HEADER_BYTES + 3;
+        let value = &b[head..head + 10];
+        let stored = get_u32(&b, OFF_CRC);
+        assert_eq!(record_crc(&b, 13), stored);
+        let parts = [&value[..4], &value[4..4], &value[4..]];
+        assert_eq!(record_crc_parts(&b[..head], &parts), stored);
+        let mut other = value.to_vec();
+        other[9] ^= 1;
+        assert_ne!(record_crc_parts(&b[..head], &[&other]), stored);
     }
 
     #[test]

@@ -260,6 +260,7 @@ pub(crate) fn op_name(r: &Request) -> &'static str {
         Request::CondUpdate { .. } => "conditional put",
         Request::ExtentWrite { .. } => "extent write",
         Request::ExtentRead { .. } => "extent read",
+        Request::ExtentList { .. } => "extent list",
         Request::BulkWrite { .. } => "bulk extent write",
         Request::BulkRead { .. } => "bulk extent read",
         Request::Batch(_) => "batch",

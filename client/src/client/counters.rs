@@ -15,6 +15,8 @@ struct Shard {
     fallbacks: AtomicU64,
     cache_hits: AtomicU64,
     rpc_requests: AtomicU64,
+    listed_reads: AtomicU64,
+    extent_lists: AtomicU64,
 }
 
 /// Live counters of one client (all its threads).
@@ -48,6 +50,11 @@ pub struct CounterSnapshot {
     pub cache_hits: u64,
     /// Requests sent by RPC (all kinds).
     pub rpc_requests: u64,
+    /// File-chunk reads answered one-sided through the chunk's extent list
+    /// (pieces held by records other than the chunk's newest).
+    pub listed_reads: u64,
+    /// Extent lists asked of the engine (ExtentList requests).
+    pub extent_lists: u64,
 }
 
 impl CounterSnapshot {
@@ -70,6 +77,8 @@ impl CounterSnapshot {
             fallbacks: self.fallbacks - earlier.fallbacks,
             cache_hits: self.cache_hits - earlier.cache_hits,
             rpc_requests: self.rpc_requests - earlier.rpc_requests,
+            listed_reads: self.listed_reads - earlier.listed_reads,
+            extent_lists: self.extent_lists - earlier.extent_lists,
         }
     }
 }
@@ -90,6 +99,8 @@ pub(crate) enum Counter {
     Fallback,
     CacheHit,
     RpcRequest,
+    ListedRead,
+    ExtentList,
 }
 
 impl Counters {
@@ -103,6 +114,8 @@ impl Counters {
             Counter::Fallback => &s.fallbacks,
             Counter::CacheHit => &s.cache_hits,
             Counter::RpcRequest => &s.rpc_requests,
+            Counter::ListedRead => &s.listed_reads,
+            Counter::ExtentList => &s.extent_lists,
         };
         c.fetch_add(n, Ordering::Relaxed);
     }
@@ -117,6 +130,8 @@ impl Counters {
             out.fallbacks += s.fallbacks.load(Ordering::Relaxed);
             out.cache_hits += s.cache_hits.load(Ordering::Relaxed);
             out.rpc_requests += s.rpc_requests.load(Ordering::Relaxed);
+            out.listed_reads += s.listed_reads.load(Ordering::Relaxed);
+            out.extent_lists += s.extent_lists.load(Ordering::Relaxed);
         }
         out
     }

@@ -16,6 +16,7 @@ use crate::client::bulk::BulkArea;
 use crate::client::conn::{ConnectOptions, Connection, Session};
 use crate::client::counters::{Counter, CounterSnapshot, Counters};
 use crate::client::error::{Error, Result};
+use crate::client::extent_lists::ExtentLists;
 use crate::client::onesided::{Lookup, OneSidedReader, RetryPolicy, TargetRegions};
 use crate::client::reply;
 use crate::client::url::EngineUrl;
@@ -125,6 +126,8 @@ pub struct Client {
     /// The bulk region every connection's engine side mapped, if any.
     pub(crate) bulk: Option<Arc<BulkArea>>,
     pub(crate) counters: Arc<Counters>,
+    /// Extent lists of the arrays read lately (one-sided piece reads).
+    pub(crate) extent_lists: ExtentLists,
     incarnation: u64,
     targets: Vec<TargetInfo>,
     regions: Vec<RegionDescriptor>,
@@ -207,6 +210,7 @@ impl Client {
             reader,
             bulk: area.filter(|_| bulk_everywhere),
             counters: Arc::new(Counters::default()),
+            extent_lists: ExtentLists::default(),
             incarnation: welcome.incarnation,
             targets: welcome.targets,
             regions: welcome.regions,

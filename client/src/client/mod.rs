@@ -27,6 +27,7 @@ pub mod cache;
 pub mod conn;
 pub mod counters;
 pub mod error;
+pub mod extent_lists;
 pub mod handle;
 pub mod onesided;
 pub(crate) mod reply;

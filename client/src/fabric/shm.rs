@@ -150,23 +150,35 @@ impl ShmMapping {
         }
     }
 
-    /// Copies `dst.len()` bytes at `offset` with atomic loads. Bounds are
-    /// checked by the caller.
+    /// Copies `dst.len()` bytes at `offset` with atomic loads: single
+    /// bytes up to the first 8-aligned source address and after the last,
+    /// 8-byte words in between (so an unaligned range, like a value behind
+    /// a record's key, is still copied a word at a time). Bounds are checked
+    /// by the caller.
     fn copy_out(&self, offset: usize, dst: &mut [u8]) {
         debug_assert!(offset + dst.len() <= self.len);
         // SAFETY: offset + len is within the mapping (checked by callers).
         let src = unsafe { self.ptr.add(offset) };
-        if (src as usize) % 8 == 0 && dst.len() % 8 == 0 {
-            for (i, chunk) in dst.chunks_exact_mut(8).enumerate() {
-                // SAFETY: aligned, in bounds, and AtomicU64 has u64's layout.
-                let w = unsafe { (*(src.add(i * 8) as *const AtomicU64)).load(Ordering::Relaxed) };
-                chunk.copy_from_slice(&w.to_ne_bytes());
-            }
-        } else {
-            for (i, b) in dst.iter_mut().enumerate() {
-                // SAFETY: in bounds; AtomicU8 has u8's layout.
-                *b = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
-            }
+        let lead = ((8 - src as usize % 8) % 8).min(dst.len());
+        let (head, rest) = dst.split_at_mut(lead);
+        let words = rest.len() / 8 * 8;
+        let (body, tail) = rest.split_at_mut(words);
+        let load_byte = |at: usize| {
+            // SAFETY: in bounds; AtomicU8 has u8's layout.
+            unsafe { (*(src.add(at) as *const AtomicU8)).load(Ordering::Relaxed) }
+        };
+        for (i, b) in head.iter_mut().enumerate() {
+            *b = load_byte(i);
+        }
+        for (i, chunk) in body.chunks_exact_mut(8).enumerate() {
+            // SAFETY: src + lead is 8-aligned and the word is in bounds;
+            // AtomicU64 has u64's layout.
+            let w =
+                unsafe { (*(src.add(lead + i * 8) as *const AtomicU64)).load(Ordering::Relaxed) };
+            chunk.copy_from_slice(&w.to_ne_bytes());
+        }
+        for (i, b) in tail.iter_mut().enumerate() {
+            *b = load_byte(lead + words + i);
         }
         fence(Ordering::Acquire);
     }
@@ -394,6 +406,25 @@ mod tests {
             param: len,
             access_key: 0,
             remote_addr: 0,
+        }
+    }
+
+    /// Every start and length around the word boundaries copies exactly the
+    /// bytes of the range (lead bytes, words, tail bytes).
+    #[test]
+    fn unaligned_ranges_copy_exactly() {
+        let fd = memfd("u", 4096).unwrap();
+        let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+        // SAFETY: pwrite of our own buffer into our own memfd.
+        let n = unsafe { libc::pwrite(fd.as_raw_fd(), pattern.as_ptr().cast(), 4096, 0) };
+        assert_eq!(n, 4096);
+        let m = ShmMapping::map(&fd, 4096).unwrap();
+        let mut out = [0u8; 64];
+        for start in 0..17 {
+            for len in 0..40 {
+                m.copy_out(start, &mut out[..len]);
+                assert_eq!(&out[..len], &pattern[start..start + len], "{start}+{len}");
+            }
         }
     }
 

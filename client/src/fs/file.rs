@@ -252,14 +252,15 @@ impl Namespace {
         let len = buf.len().min((size - offset) as usize);
         let chunk = u64::from(fh.entry.chunk_size);
         // Chunks whose newest extent is in memory and covers the range are
-        // read one-sided; the engine assembles the others, in parallel.
+        // read one-sided, and so are those whose extent list says where
+        // their pieces are; the engine assembles the others, in parallel.
         let mut parts = Vec::new();
         for (index, within, pos, n) in pieces(chunk, offset, len) {
             let key = self.chunk_key(fh.entry.object, index);
             let out = &mut buf[pos..pos + n];
             match self
                 .client
-                .read_extent_one_sided_into(&key, within, out)
+                .read_extent_fast_into(&key, within, out)
                 .map_err(client_err(fh.name.clone()))?
             {
                 Some(true) => {}

@@ -58,6 +58,7 @@ mod checkpoint;
 mod cleaner;
 mod dir;
 mod error;
+mod extents;
 mod format;
 mod keeper;
 mod log;

@@ -584,18 +584,9 @@ impl Store {
         Self::validate(key, 0)?;
         let end = Self::validate_extent_read(offset, len)?;
         'retry: for _ in 0..MOVED_RETRIES {
-            let (version, pieces) = {
-                let dir = self.dir.borrow();
-                let Some(e) = dir.get((key.container, key.object), key.dkey, key.akey) else {
-                    return Ok(None);
-                };
-                let Some(map) = &e.extents else {
-                    return Err(StoreError::WrongKind {
-                        holds: "single value",
-                        wanted: "byte array",
-                    });
-                };
-                (e.version, pieces_in(map, offset, end))
+            let array = self.with_array(key, |e, map| (e.version, pieces_in(map, offset, end)))?;
+            let Some((version, pieces)) = array else {
+                return Ok(None);
             };
             // Pieces come in order and do not overlap: zero the gaps.
             let mut done = offset;

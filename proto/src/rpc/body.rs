@@ -1,6 +1,7 @@
 //! Body encodings of [`Request`] and [`Reply`] (layouts in `FORMAT.md`).
 
 use super::codec::{len_u16, len_u32, Put, Reader};
+use super::extents::{get_extents, put_extents};
 use super::frame::MessageType;
 use super::handshake::{Challenge, Hello, Login, Welcome, MAX_TARGETS};
 use super::message::*;
@@ -210,6 +211,7 @@ impl Request {
             Self::Verify { .. } => MessageType::Verify,
             Self::BulkWrite { .. } => MessageType::BulkWrite,
             Self::BulkRead { .. } => MessageType::BulkRead,
+            Self::ExtentList { .. } => MessageType::ExtentList,
             Self::RegionRead { .. } => MessageType::RegionRead,
         }
     }
@@ -227,6 +229,7 @@ impl Request {
             | Self::ExtentRead { key, .. }
             | Self::BulkWrite { key, .. }
             | Self::BulkRead { key, .. }
+            | Self::ExtentList { key }
             | Self::Verify { key } => (key.container, key.object, key.dkey.as_slice()),
             Self::ListAkeys {
                 container,
@@ -314,7 +317,7 @@ impl Request {
                 out.put_u8(u8::from(after.is_some()));
                 out.put_u128(after.unwrap_or(0));
             }
-            Self::Verify { key } => key.encode_into(out),
+            Self::Verify { key } | Self::ExtentList { key } => key.encode_into(out),
             Self::BulkWrite {
                 key,
                 offset,
@@ -460,6 +463,9 @@ impl Request {
                     len,
                 }
             }
+            MessageType::ExtentList => Self::ExtentList {
+                key: Key::decode_from(r)?,
+            },
             MessageType::RegionRead => {
                 let region_id = r.u32()?;
                 if r.u32()? != 0 {
@@ -537,6 +543,7 @@ impl Reply {
             Self::Cond { .. } => MessageType::CondUpdate,
             Self::Data(_) => MessageType::RegionRead,
             Self::Placed(_) => MessageType::BulkRead,
+            Self::Extents(_) => MessageType::ExtentList,
             Self::Batch(_) => MessageType::Batch,
             Self::Stat(_) => MessageType::Stat,
             Self::Synced => MessageType::Sync,
@@ -586,6 +593,7 @@ impl Reply {
             Self::Verified(v) => put_verified(out, v),
             Self::Data(d) => put_blob(out, d),
             Self::Placed(p) => put_placed(out, p),
+            Self::Extents(l) => put_extents(out, l),
             Self::Batch(items) => {
                 out.put_u16(len_u16(items.len()));
                 for item in items {
@@ -618,6 +626,7 @@ impl Reply {
             T::Login => Self::Welcome(Welcome::decode_from(r)?),
             T::Update | T::Punch | T::ExtentWrite | T::BulkWrite => Self::Version(r.u64()?),
             T::BulkRead => Self::Placed(get_placed(r)?),
+            T::ExtentList => Self::Extents(get_extents(r)?),
             T::Fetch | T::ExtentRead => match get_bool(r, "found")? {
                 false => Self::Value(None),
                 true => Self::Value(Some(Found {

@@ -55,12 +55,13 @@ pub enum MessageType {
     Verify = 0x1c,
     BulkWrite = 0x1d,
     BulkRead = 0x1e,
+    ExtentList = 0x1f,
     RegionRead = 0x20,
     Error = 0x7f,
 }
 
 impl MessageType {
-    pub const ALL: [MessageType; 19] = [
+    pub const ALL: [MessageType; 20] = [
         Self::Hello,
         Self::Login,
         Self::Update,
@@ -78,6 +79,7 @@ impl MessageType {
         Self::Verify,
         Self::BulkWrite,
         Self::BulkRead,
+        Self::ExtentList,
         Self::RegionRead,
         Self::Error,
     ];

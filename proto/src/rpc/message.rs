@@ -4,6 +4,7 @@
 //! their limits and unknown enum values; none of them panics.
 
 use super::codec::{len_u16, Put, Reader};
+pub use super::extents::{ExtentList, ExtentSpan, MAX_EXTENT_PIECES};
 use super::handshake::{Challenge, Hello, Login, Welcome};
 use crate::key::{RecordKey, KEY_PART_MAX_BYTES};
 use crate::record::VALUE_MAX_BYTES;
@@ -159,6 +160,12 @@ pub enum Request {
         region_offset: u64,
         len: u32,
     },
+    /// Where the pieces of the byte array under `key` lie in the owning
+    /// target's log, answered by [`Reply::Extents`], so that a local client
+    /// can read pieces that are not in the newest record one-sided.
+    ExtentList {
+        key: Key,
+    },
     /// One-sided read of `len` bytes at `offset` of a tcp-provider region.
     RegionRead {
         region_id: u32,
@@ -288,6 +295,8 @@ pub enum Reply {
     /// Reply to BulkRead: `None` when the array does not exist (nothing
     /// was placed).
     Placed(Option<Placed>),
+    /// Reply to ExtentList: `None` when the array does not exist.
+    Extents(Option<ExtentList>),
     /// Reply to RegionRead.
     Data(Vec<u8>),
     /// Reply to Batch: one reply per operation, in order.

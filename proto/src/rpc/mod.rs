@@ -28,6 +28,7 @@
 
 mod body;
 mod codec;
+mod extents;
 pub mod frame;
 pub mod handshake;
 pub mod message;
@@ -37,7 +38,8 @@ mod tests;
 pub use frame::{FrameHeader, MessageType, FLAG_REPLY, HEADER_BYTES, MAX_BODY_BYTES};
 pub use handshake::{Challenge, Hello, Login, TargetInfo, Welcome};
 pub use message::{
-    ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat, Verified,
+    ErrorCode, ExtentList, ExtentSpan, Found, Key, Placed, PunchScope, Reply, Request, TargetStat,
+    Verified, MAX_EXTENT_PIECES,
 };
 
 use crate::FormatError;

@@ -97,6 +97,7 @@ fn request() -> impl Strategy<Value = Request> {
         vec(data_request(), 0..8).prop_map(Request::Batch),
         Just(Request::Stat),
         Just(Request::Sync),
+        key().prop_map(|key| Request::ExtentList { key }),
         (
             any::<u64>(),
             proptest::option::of(any::<u128>()),
@@ -188,6 +189,36 @@ fn welcome() -> impl Strategy<Value = Reply> {
     })
 }
 
+/// An extent map: pieces in order, each after a gap of 0 or more bytes.
+fn extent_list() -> impl Strategy<Value = ExtentList> {
+    let piece = (0u64..100, 1u64..100, any::<u64>(), any::<u32>());
+    (any::<u64>(), any::<u64>(), any::<u32>(), vec(piece, 0..20)).prop_map(
+        |(version, newest_addr, newest_len, raw)| {
+            let mut at = 0;
+            let pieces = raw
+                .into_iter()
+                .map(|(gap, len, rec_addr, rec_len)| {
+                    let start = at + gap;
+                    at = start + len;
+                    ExtentSpan {
+                        start,
+                        end: at,
+                        rec_addr,
+                        rec_len,
+                    }
+                })
+                .collect();
+            ExtentList {
+                version,
+                newest_addr,
+                newest_len,
+                covered_end: u64::MAX,
+                pieces,
+            }
+        },
+    )
+}
+
 fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
     prop_oneof![
         data_reply().prop_map(|r| (r.shape_kind(), r)),
@@ -197,6 +228,8 @@ fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
             Reply::Objects { objects, more }
         )),
         Just((MessageType::Sync, Reply::Synced)),
+        Just((MessageType::ExtentList, Reply::Extents(None))),
+        extent_list().prop_map(|l| (MessageType::ExtentList, Reply::Extents(Some(l)))),
         vec(data_reply(), 0..6).prop_map(|v| (MessageType::Batch, Reply::Batch(v))),
         welcome().prop_map(|w| (MessageType::Login, w)),
         (any::<u8>(), any::<[u8; 16]>()).prop_map(|(a, server_nonce)| (
@@ -501,4 +534,79 @@ fn bulk_bodies_are_laid_out_byte_by_byte() {
         decode_reply(&h, b).unwrap(),
         Reply::Batch(vec![Reply::Version(4), placed])
     );
+}
+
+/// The bytes of an `extents` reply, and the maps its decoder refuses:
+/// pieces out of order, empty or past `covered_end`, too many of them.
+#[test]
+fn extents_reply_layout_and_refusals() {
+    let list = ExtentList {
+        version: 7,
+        newest_addr: 0x100,
+        newest_len: 64,
+        covered_end: u64::MAX,
+        pieces: vec![ExtentSpan {
+            start: 0,
+            end: 10,
+            rec_addr: 0x40,
+            rec_len: 72,
+        }],
+    };
+    let mut body = Vec::new();
+    Reply::Extents(Some(list.clone())).encode_body(&mut body);
+    assert_eq!(body.len(), 33 + 28);
+    assert_eq!(body[0], 1);
+    assert_eq!(body[1..9], 7u64.to_le_bytes());
+    assert_eq!(body[9..17], 0x100u64.to_le_bytes());
+    assert_eq!(body[17..21], 64u32.to_le_bytes());
+    assert_eq!(body[21..29], u64::MAX.to_le_bytes());
+    assert_eq!(body[29..33], 1u32.to_le_bytes());
+    assert_eq!(body[33..41], 0u64.to_le_bytes());
+    assert_eq!(body[41..49], 10u64.to_le_bytes());
+    assert_eq!(body[49..57], 0x40u64.to_le_bytes());
+    assert_eq!(body[57..61], 72u32.to_le_bytes());
+    let back = Reply::decode_body(MessageType::ExtentList, &body).unwrap();
+    assert_eq!(back, Reply::Extents(Some(list.clone())));
+    let refused = |l: ExtentList| {
+        let mut b = Vec::new();
+        Reply::Extents(Some(l)).encode_body(&mut b);
+        Reply::decode_body(MessageType::ExtentList, &b).is_err()
+    };
+    let mut empty = list.clone();
+    empty.pieces[0].end = 0;
+    assert!(refused(empty));
+    let mut overlapping = list.clone();
+    overlapping.pieces.push(ExtentSpan {
+        start: 5,
+        ..list.pieces[0]
+    });
+    assert!(refused(overlapping));
+    let mut short = list.clone();
+    short.covered_end = 9;
+    assert!(refused(short));
+    // Not found: every field 0.
+    body.clear();
+    Reply::Extents(None).encode_body(&mut body);
+    assert_eq!(body, [0; 33]);
+    body[5] = 1;
+    assert!(Reply::decode_body(MessageType::ExtentList, &body).is_err());
+    // A map longer than a reply holds is cut before its first piece left
+    // out, and says so in covered_end.
+    let mut long = list;
+    long.pieces = (0..MAX_EXTENT_PIECES as u64 + 3)
+        .map(|i| ExtentSpan {
+            start: 2 * i,
+            end: 2 * i + 1,
+            rec_addr: i,
+            rec_len: 1,
+        })
+        .collect();
+    body.clear();
+    Reply::Extents(Some(long)).encode_body(&mut body);
+    let Reply::Extents(Some(cut)) = Reply::decode_body(MessageType::ExtentList, &body).unwrap()
+    else {
+        panic!("a cut map decodes");
+    };
+    assert_eq!(cut.pieces.len(), MAX_EXTENT_PIECES);
+    assert_eq!(cut.covered_end, 2 * MAX_EXTENT_PIECES as u64);
 }

@@ -40,9 +40,11 @@ use crate::fabric::{AsyncReads, BatchRead, DependentReads, Endpoint};
 
 mod async_get;
 mod batch;
+mod listed;
 mod peek;
 
 pub use async_get::AsyncLookupFuture;
+pub use listed::{Listed, Newest};
 
 /// Longest record a slot may point to (header, two 4 KiB key parts, 1 MiB
 /// value, padding).
@@ -174,6 +176,12 @@ impl OneSidedReader {
     /// asynchronous reads to run on.
     pub fn has_async_reads(&self) -> bool {
         self.async_reads.is_some()
+    }
+
+    /// Whether the endpoint's reads are CPU loads (shm), cheap enough to
+    /// read a record in several pieces.
+    pub fn reads_are_loads(&self) -> bool {
+        self.endpoint.prefetches()
     }
 
     pub fn targets(&self) -> &[TargetRegions] {

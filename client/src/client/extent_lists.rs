@@ -1,0 +1,201 @@
+//! Extent lists of byte arrays kept by a client, so that reads of pieces
+//! not in an array's newest record are one-sided too (see
+//! `onesided::listed` for why such a read returns the newest bytes).
+//!
+//! A list is asked of the engine (one ExtentList round trip) the first
+//! time a read of an array needs it and kept, shared by every thread of the
+//! client: ior-hard's readers of one 1 MiB chunk (~22 extents of 8 tasks)
+//! then make one round trip for the chunk instead of one per read. Each
+//! read checks the list against the key's bucket first; a list found stale
+//! is asked for again once, and a read the list cannot serve goes by RPC.
+//! Only over endpoints whose reads are loads (shm): elsewhere a piece read
+//! costs round trips of its own, and the RPC read is cheaper.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ferrite_proto::rpc::{ExtentList, Key, Reply, Request};
+
+use crate::client::counters::Counter;
+use crate::client::error::Result;
+use crate::client::onesided::{Listed, Newest, OneSidedReader};
+use crate::client::{reply, Client};
+
+/// Lists kept at most; the whole set is dropped when full (the lists of
+/// the chunks being read now are asked for again, one round trip each).
+pub const EXTENT_LISTS_MAX: usize = 4096;
+
+/// Locks that make threads missing the same list ask for it once (by key
+/// hash): ior-hard's tasks reach each new chunk together.
+const ASKING_STRIPES: usize = 64;
+
+/// A client's extent lists, by key.
+#[derive(Debug)]
+pub struct ExtentLists {
+    lists: Mutex<HashMap<Key, Arc<ExtentList>>>,
+    asking: [Mutex<()>; ASKING_STRIPES],
+}
+
+impl Default for ExtentLists {
+    fn default() -> Self {
+        Self {
+            lists: Mutex::default(),
+            asking: std::array::from_fn(|_| Mutex::new(())),
+        }
+    }
+}
+
+impl ExtentLists {
+    /// The kept list of `key`, else the one `ask` returns (kept); while one
+    /// thread asks, the others missing the same key wait for its answer.
+    fn get_or_ask(
+        &self,
+        key: &Key,
+        ask: impl FnOnce() -> Result<Option<ExtentList>>,
+    ) -> Result<Option<Arc<ExtentList>>> {
+        if let Some(list) = self.get(key) {
+            return Ok(Some(list));
+        }
+        let stripe = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            key.hash(&mut h);
+            h.finish() as usize % ASKING_STRIPES
+        };
+        let _asking = self.asking[stripe]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(list) = self.get(key) {
+            return Ok(Some(list));
+        }
+        let Some(list) = ask()? else {
+            return Ok(None);
+        };
+        let list = Arc::new(list);
+        self.put(key, list.clone());
+        Ok(Some(list))
+    }
+
+    fn get(&self, key: &Key) -> Option<Arc<ExtentList>> {
+        let lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        lists.get(key).cloned()
+    }
+
+    fn put(&self, key: &Key, list: Arc<ExtentList>) {
+        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        if lists.len() >= EXTENT_LISTS_MAX && !lists.contains_key(key) {
+            lists.clear();
+        }
+        lists.insert(key.clone(), list);
+    }
+
+    /// Drops `key`'s list if it is still `stale` (another thread may have
+    /// kept a newer one since).
+    fn forget(&self, key: &Key, stale: &Arc<ExtentList>) {
+        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        if lists.get(key).is_some_and(|l| Arc::ptr_eq(l, stale)) {
+            lists.remove(key);
+        }
+    }
+
+    /// Lists kept now.
+    pub fn len(&self) -> usize {
+        self.lists.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+thread_local! {
+    /// The scratch buffer of this thread's one-sided piece reads.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Client {
+    /// The extent list of the array under `key`, asked of the engine
+    /// (`None`: the array does not exist).
+    pub fn extent_list(&self, key: &Key) -> Result<Option<ExtentList>> {
+        self.counters.add(Counter::ExtentList, 1);
+        let r = self.request(&Request::ExtentList { key: key.clone() })?;
+        match r {
+            Reply::Extents(list) => Ok(list),
+            other => Err(reply::unexpected("extent list", other)),
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `offset` of the array under `key`
+    /// one-sided when it can: `Some(true)` the bytes are in `buf`,
+    /// `Some(false)` the array does not exist (`buf` untouched), `None` when
+    /// only the engine can answer. Tries the newest record (value bytes
+    /// straight into `buf`), the general lookup, then the extent list.
+    pub fn read_extent_fast_into(
+        &self,
+        key: &Key,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<bool>> {
+        let Some(reader) = self.reader().filter(|r| r.reads_are_loads()) else {
+            return self.read_extent_one_sided_into(key, offset, buf);
+        };
+        self.check_alive("extent read")?;
+        let record_key = key.as_record_key();
+        let newest = SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            reader.read_newest(&record_key, offset, buf, &mut scratch)
+        })?;
+        match newest {
+            Newest::Read => {
+                self.counters.add(Counter::OneSidedHit, 1);
+                return Ok(Some(true));
+            }
+            Newest::Elsewhere => {}
+            Newest::Unknown => {
+                if let Some(found) = self.read_extent_one_sided_into(key, offset, buf)? {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(self.read_listed(reader, key, offset, buf)?.then_some(true))
+    }
+
+    /// Reads through the extent list (kept, or asked for); `false` when the
+    /// list cannot serve the read (or the array is gone).
+    fn read_listed(
+        &self,
+        reader: &OneSidedReader,
+        key: &Key,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<bool> {
+        let record_key = key.as_record_key();
+        for _ in 0..2 {
+            let kept = self
+                .extent_lists
+                .get_or_ask(key, || self.extent_list(key))?;
+            let Some(list) = kept else {
+                return Ok(false);
+            };
+            let listed = SCRATCH.with(|scratch| {
+                let mut scratch = scratch.borrow_mut();
+                reader.read_listed(&record_key, &list, offset, buf, &mut scratch)
+            })?;
+            match listed {
+                Listed::Read => {
+                    self.counters.add(Counter::ListedRead, 1);
+                    return Ok(true);
+                }
+                Listed::Stale => self.extent_lists.forget(key, &list),
+                Listed::Unreadable => return Ok(false),
+            }
+        }
+        Ok(false)
+    }
+
+    /// The extent lists this client keeps.
+    pub fn extent_lists(&self) -> &ExtentLists {
+        &self.extent_lists
+    }
+}
