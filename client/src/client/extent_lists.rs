@@ -24,6 +24,9 @@ use crate::client::{reply, Client};
 /// Lists kept at most; the whole set is dropped when full (the lists of
 /// the chunks being read now are asked for again, one round trip each).
 pub const EXTENT_LISTS_MAX: usize = 4096;
+/// Pieces kept at most over all lists (28 bytes each on the wire, about as
+/// much kept): the same dropping when a new list would pass it.
+pub const EXTENT_LIST_PIECES_MAX: usize = 1 << 18;
 
 /// Locks that make threads missing the same list ask for it once (by key
 /// hash): ior-hard's tasks reach each new chunk together.
@@ -32,14 +35,29 @@ const ASKING_STRIPES: usize = 64;
 /// A client's extent lists, by key.
 #[derive(Debug)]
 pub struct ExtentLists {
-    lists: Mutex<HashMap<Key, Arc<ExtentList>>>,
+    kept: Mutex<Kept>,
     asking: [Mutex<()>; ASKING_STRIPES],
+}
+
+/// The lists, and their pieces counted.
+#[derive(Debug, Default)]
+struct Kept {
+    lists: HashMap<Key, Arc<ExtentList>>,
+    pieces: usize,
+}
+
+impl Kept {
+    fn remove(&mut self, key: &Key) {
+        if let Some(old) = self.lists.remove(key) {
+            self.pieces -= old.pieces.len();
+        }
+    }
 }
 
 impl Default for ExtentLists {
     fn default() -> Self {
         Self {
-            lists: Mutex::default(),
+            kept: Mutex::default(),
             asking: std::array::from_fn(|_| Mutex::new(())),
         }
     }
@@ -76,31 +94,38 @@ impl ExtentLists {
         Ok(Some(list))
     }
 
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn get(&self, key: &Key) -> Option<Arc<ExtentList>> {
-        let lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        lists.get(key).cloned()
+        self.kept().lists.get(key).cloned()
     }
 
     fn put(&self, key: &Key, list: Arc<ExtentList>) {
-        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        if lists.len() >= EXTENT_LISTS_MAX && !lists.contains_key(key) {
-            lists.clear();
+        let mut kept = self.kept();
+        kept.remove(key);
+        let pieces = list.pieces.len();
+        if kept.lists.len() >= EXTENT_LISTS_MAX || kept.pieces + pieces > EXTENT_LIST_PIECES_MAX {
+            kept.lists.clear();
+            kept.pieces = 0;
         }
-        lists.insert(key.clone(), list);
+        kept.pieces += pieces;
+        kept.lists.insert(key.clone(), list);
     }
 
     /// Drops `key`'s list if it is still `stale` (another thread may have
     /// kept a newer one since).
     fn forget(&self, key: &Key, stale: &Arc<ExtentList>) {
-        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        if lists.get(key).is_some_and(|l| Arc::ptr_eq(l, stale)) {
-            lists.remove(key);
+        let mut kept = self.kept();
+        if kept.lists.get(key).is_some_and(|l| Arc::ptr_eq(l, stale)) {
+            kept.remove(key);
         }
     }
 
     /// Lists kept now.
     pub fn len(&self) -> usize {
-        self.lists.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.kept().lists.len()
     }
 
     /// Whether none is kept.
@@ -197,5 +222,57 @@ impl Client {
     /// The extent lists this client keeps.
     pub fn extent_lists(&self) -> &ExtentLists {
         &self.extent_lists
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_proto::rpc::ExtentSpan;
+
+    fn list(pieces: usize) -> Arc<ExtentList> {
+        let span = ExtentSpan {
+            start: 0,
+            end: 1,
+            rec_addr: 0,
+            rec_len: 0,
+        };
+        Arc::new(ExtentList {
+            version: 1,
+            newest_addr: 0,
+            newest_len: 0,
+            covered_end: u64::MAX,
+            pieces: vec![span; pieces],
+        })
+    }
+
+    fn key(i: usize) -> Key {
+        Key::new(1, 1, &i.to_be_bytes(), b"d")
+    }
+
+    #[test]
+    fn kept_lists_are_bounded_by_count_and_by_pieces() {
+        let lists = ExtentLists::default();
+        for i in 0..EXTENT_LISTS_MAX {
+            lists.put(&key(i), list(1));
+        }
+        assert_eq!(lists.len(), EXTENT_LISTS_MAX);
+        lists.put(&key(EXTENT_LISTS_MAX), list(1));
+        assert_eq!(lists.len(), 1, "full: dropped, then kept the new one");
+        // Replacing a list does not count its pieces twice.
+        let half = EXTENT_LIST_PIECES_MAX / 2;
+        lists.put(&key(0), list(half));
+        lists.put(&key(0), list(half));
+        assert_eq!(lists.len(), 2);
+        lists.put(&key(1), list(half + 1));
+        assert_eq!(lists.len(), 1, "too many pieces: dropped");
+        // Only the list found stale is forgotten, not a newer one.
+        let stale = lists.get(&key(1)).unwrap();
+        lists.put(&key(1), list(3));
+        lists.forget(&key(1), &stale);
+        assert_eq!(lists.get(&key(1)).map(|l| l.pieces.len()), Some(3));
+        let newest = lists.get(&key(1)).unwrap();
+        lists.forget(&key(1), &newest);
+        assert!(lists.is_empty());
     }
 }
