@@ -188,6 +188,10 @@ impl Store {
     /// channel and a poll). Returns, per key, its new version or why it was
     /// refused; every update a failed commit carried fails.
     pub async fn update_many(&self, items: &[(RecordKey<'_>, &[u8])]) -> Vec<Result<u64>> {
+        // Each append first looks the key up in its bucket chain and the
+        // ring (`held`): start those memory loads for all of them at once.
+        let hashes: Vec<KeyHash> = items.iter().map(|(k, _)| k.hash()).collect();
+        self.prefetch_keys(&hashes);
         let mut out = Vec::with_capacity(items.len());
         let mut end = None;
         for (key, value) in items {
