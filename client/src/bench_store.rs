@@ -22,9 +22,10 @@
 //! of the main area) and the smallest main area (any count) that holds the
 //! keys at a load of at most `--load`, so the measured load is `--load`
 //! (within 1 %). Then, per device, 4 KiB overwrites with the cleaner idle and
-//! with the cleaner busy, closed-loop and open-loop, to compare foreground
-//! latency, and the log's use over the live data (`cleaner` module doc:
-//! what each `store.cleaner.*` figure means).
+//! with the cleaner busy, to compare foreground latency, and the log's use
+//! over the live data at the end (`log_used_over_live`) and at its highest
+//! after the cleaner's first pass (`log_used_over_live_peak`, sampled every
+//! 2 ms).
 //!
 //! With `--json` each figure is one line
 //! `{"name","unit","ferrite","peer","peer_name","ratio"}` (peer fields null;
@@ -101,9 +102,6 @@ pub fn run(args: BenchStoreArgs) -> anyhow::Result<()> {
 }
 
 #[cfg(feature = "embedded")]
-mod cleaner;
-
-#[cfg(feature = "embedded")]
 mod imp {
     use super::{BenchStoreArgs, Figure};
     use anyhow::Context;
@@ -122,21 +120,16 @@ mod imp {
     /// Keys per `fetch_batch` call in the served fetch figures.
     const FETCH_BATCH: usize = 16;
 
-    pub(super) fn histogram() -> Histogram<u64> {
+    fn histogram() -> Histogram<u64> {
         Histogram::new_with_bounds(1, 600_000_000_000, 3)
             .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
     }
 
-    pub(super) fn device_file(dir: &Path, tag: &str) -> std::path::PathBuf {
+    fn device_file(dir: &Path, tag: &str) -> std::path::PathBuf {
         dir.join(format!("bench-store-{tag}.img"))
     }
 
-    pub(super) fn device_spec(
-        kind: &str,
-        dir: &Path,
-        tag: &str,
-        bytes: u64,
-    ) -> anyhow::Result<String> {
+    fn device_spec(kind: &str, dir: &Path, tag: &str, bytes: u64) -> anyhow::Result<String> {
         let file = device_file(dir, tag);
         let _ = std::fs::remove_file(&file);
         Ok(match kind {
@@ -147,11 +140,11 @@ mod imp {
         })
     }
 
-    pub(super) fn key_bytes(i: usize) -> [u8; 8] {
+    fn key_bytes(i: usize) -> [u8; 8] {
         (i as u64).to_le_bytes()
     }
 
-    pub(super) fn key(d: &[u8; 8]) -> RecordKey<'_> {
+    fn key(d: &[u8; 8]) -> RecordKey<'_> {
         RecordKey::new(1, 7, d, b"v")
     }
 
@@ -172,7 +165,7 @@ mod imp {
                 figures.extend(r?);
             }
             if !args.no_cleaner {
-                let r = super::cleaner::cleaner_case(args, kind, &dir);
+                let r = cleaner_case(args, kind, &dir);
                 let _ = std::fs::remove_file(device_file(&dir, &format!("{kind}-cleaner")));
                 figures.extend(r?);
             }
@@ -180,10 +173,10 @@ mod imp {
         Ok(figures)
     }
 
-    pub(super) type Job<T> = Box<dyn std::future::Future<Output = anyhow::Result<T>>>;
+    type Job<T> = Box<dyn std::future::Future<Output = anyhow::Result<T>>>;
 
     /// Runs the future `make` builds on a new xstream pinned to core 0.
-    pub(super) fn on_xstream<T: Send + 'static>(
+    fn on_xstream<T: Send + 'static>(
         make: impl FnOnce() -> Job<T> + Send + 'static,
     ) -> anyhow::Result<T> {
         glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
@@ -201,7 +194,7 @@ mod imp {
     /// A store whose bucket table holds `keys` at a load of `load` (at
     /// most): the smallest main area (at least 1024 buckets; any count) with
     /// a quarter of it as overflow pool.
-    pub(super) fn config(keys: usize, load: f64, ring_bytes: u64) -> StoreConfig {
+    fn config(keys: usize, load: f64, ring_bytes: u64) -> StoreConfig {
         let slots_per_main = SLOTS_PER_BUCKET as f64 * (1.0 + OVERFLOW_SHARE);
         let main = (keys as f64 / (slots_per_main * load.clamp(0.05, 1.0))).ceil() as u64;
         let main = main.max(1024);
@@ -213,9 +206,33 @@ mod imp {
         }
     }
 
+    /// Samples the store's log use over its live data every 2 ms (on the
+    /// store's xstream) until the task is cancelled, from the end of the
+    /// cleaner's first pass on (the idle rounds before leave the log at
+    /// twice the live data by design); the cell holds the highest ratio.
+    fn sample_peak_used_over_live(
+        s: &Rc<Store>,
+    ) -> (Rc<std::cell::Cell<f64>>, glommio::task::JoinHandle<()>) {
+        let peak = Rc::new(std::cell::Cell::new(0.0f64));
+        let (s, cell) = (s.clone(), peak.clone());
+        let passes_before = s.stats().cleaner_passes;
+        let task = glommio::spawn_local(async move {
+            loop {
+                let st = s.stats();
+                if st.live_bytes > 0 && st.cleaner_passes > passes_before {
+                    let ratio = st.log_used_bytes as f64 / st.live_bytes as f64;
+                    cell.set(cell.get().max(ratio));
+                }
+                glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        })
+        .detach();
+        (peak, task)
+    }
+
     /// Updates every key once with `concurrency` tasks; returns (elapsed s,
     /// latency histogram in ns).
-    pub(super) async fn update_all(
+    async fn update_all(
         s: &Rc<Store>,
         keys: usize,
         size: usize,
@@ -226,7 +243,7 @@ mod imp {
     }
 
     /// Updates `keys` keys, the i-th being `pick(i)`.
-    pub(super) async fn update_keys(
+    async fn update_keys(
         s: &Rc<Store>,
         keys: usize,
         size: usize,
@@ -496,6 +513,96 @@ mod imp {
             s if s >= 1 << 10 && s % (1 << 10) == 0 => format!("{}KiB", s >> 10),
             s => format!("{s}B"),
         }
+    }
+
+    /// 4 KiB overwrites of a 16 MiB live set on a log four times larger:
+    /// two rounds over every key with the cleaner idle (nothing to clean
+    /// yet), then six skewed rounds with it running and copying cold keys.
+    fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
+        let (keys, size) = (4096usize, 4096usize);
+        let spec = device_spec(kind, dir, &format!("{kind}-cleaner"), 96 << 20)?;
+        let concurrency = args.concurrency.max(1);
+        let label = kind.to_string();
+        let args_load = args.load;
+        on_xstream(move || {
+            Box::new(async move {
+                let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
+                let cfg = StoreConfig {
+                    ring_bytes: 16 << 20,
+                    checkpoint_bytes: 4 << 20,
+                    ..config(keys, args_load, 16 << 20)
+                };
+                let s = Rc::new(Store::open(bdev, cfg).await?);
+                let mut idle = histogram();
+                for round in 0..2 {
+                    let (_, h) = update_all(&s, keys, size, concurrency, round).await?;
+                    idle.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                }
+                let before = s.stats();
+                let cleaner = s.spawn_cleaner();
+                let (peak, sampler) = sample_peak_used_over_live(&s);
+                let mut busy = histogram();
+                let start = Instant::now();
+                for round in 2..8 {
+                    // Nine updates in ten go to a tenth of the keys, so the
+                    // oldest segments keep live (cold) records to copy.
+                    let skewed = |i: usize| {
+                        let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7;
+                        if i % 10 == 0 {
+                            h
+                        } else {
+                            h % 410
+                        }
+                    };
+                    let (_, h) = update_keys(&s, keys, size, concurrency, round, skewed).await?;
+                    busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                }
+                let busy_secs = start.elapsed().as_secs_f64();
+                let peak_used_over_live = peak.get();
+                sampler.cancel();
+                s.stop_cleaner();
+                cleaner.await;
+                let st = s.stats();
+                anyhow::ensure!(
+                    st.cleaner_passes > before.cleaner_passes,
+                    "the cleaner never ran"
+                );
+                let f = |name: &str, unit: &'static str, v: f64| Figure {
+                    name: format!("store.cleaner.{name}.{label}.4KiB"),
+                    unit,
+                    ferrite: v,
+                };
+                let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
+                Ok(vec![
+                    f("idle_p50", "us", q(&idle, 0.5)),
+                    f("idle_p99", "us", q(&idle, 0.99)),
+                    f("busy_p50", "us", q(&busy, 0.5)),
+                    f("busy_p99", "us", q(&busy, 0.99)),
+                    f(
+                        "busy_over_idle_p99",
+                        "ratio",
+                        q(&busy, 0.99) / q(&idle, 0.99).max(1e-9),
+                    ),
+                    f("busy_update", "ops/s", (6 * keys) as f64 / busy_secs),
+                    f(
+                        "passes",
+                        "count",
+                        (st.cleaner_passes - before.cleaner_passes) as f64,
+                    ),
+                    f(
+                        "bytes_copied",
+                        "B",
+                        (st.cleaner_bytes_copied - before.cleaner_bytes_copied) as f64,
+                    ),
+                    f(
+                        "log_used_over_live",
+                        "ratio",
+                        st.log_used_bytes as f64 / st.live_bytes.max(1) as f64,
+                    ),
+                    f("log_used_over_live_peak", "ratio", peak_used_over_live),
+                ])
+            })
+        })
     }
 
     #[cfg(test)]

@@ -107,22 +107,18 @@ fn overwrites_stay_within_twice_the_live_data() {
         .unwrap()
         .join()
         .unwrap();
-    check_after_reopen(b2, KEYS, |k| last_seq(k).map(|q| value(k, q)));
-}
-
-/// Reopens the store on `bdev` (recovery) and checks that it holds `keys`
-/// keys, key `k` (`get`'s naming) with the value `want(k)`.
-fn check_after_reopen(
-    bdev: ferrite_bdev::BdevRef,
-    keys: u32,
-    want: impl Fn(u32) -> Option<Vec<u8>> + Send + 'static,
-) {
     glommio::LocalExecutorBuilder::default()
         .spawn(move || async move {
-            let s = Store::open(bdev, cfg()).await.unwrap();
-            assert_eq!(s.stats().keys, keys as usize);
-            for k in 0..keys {
-                assert_eq!(get(&s, k).await, want(k), "key {k} after reopen");
+            let s = Store::open(b2, cfg()).await.unwrap();
+            assert_eq!(s.stats().keys, KEYS as usize);
+            for k in 0..KEYS {
+                let kb = k.to_le_bytes();
+                let got = s.fetch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
+                assert_eq!(
+                    got.map(|g| g.1),
+                    last_seq(k).map(|q| value(k, q)),
+                    "key {k}"
+                );
             }
         })
         .unwrap()
@@ -160,8 +156,7 @@ async fn get(s: &Store, k: u32) -> Option<Vec<u8>> {
 }
 
 /// A cleaning pass commits the copies it makes together, not one commit
-/// (a block write) per relocated record. (A pass of this store scans an
-/// eighth of its live data: `Store::pass_bytes`.)
+/// (a block write) per relocated record.
 #[test]
 fn a_cleaning_pass_commits_its_copies_together() {
     on_fresh_store(|s| async move {
@@ -176,7 +171,7 @@ fn a_cleaning_pass_commits_its_copies_together() {
         let report = s.clean().await.unwrap();
         let commits = s.stats().commits - before.commits;
         println!("{report:?}: {commits} commits");
-        assert!(report.records_copied >= 10, "{report:?}");
+        assert!(report.records_copied >= 20, "{report:?}");
         assert!(
             commits * 4 <= report.records_copied,
             "{commits} commits for {} copies",
@@ -272,102 +267,4 @@ fn a_small_store_is_cleaned_before_it_doubles() {
         .unwrap()
         .join()
         .unwrap();
-}
-
-/// Keys of the paced workload, the hot tenth of them, and the updates each
-/// writer makes after the fill (about 11 times the live data in all).
-const PACED_KEYS: u32 = 1024;
-const PACED_HOT: u32 = 104;
-const PACED_TASKS: u32 = 8;
-const PACED_UPDATES: u32 = 1400;
-
-fn paced_value(k: u32, seq: u32) -> Vec<u8> {
-    format!("{k}/{seq}|").bytes().cycle().take(2000).collect()
-}
-
-/// The key the writer `task` updates `j`-th: nine in ten to the hot keys,
-/// each writer to its own keys (k % PACED_TASKS == task), so that the last
-/// write of a key is that writer's last.
-fn paced_key(task: u32, j: u32) -> u32 {
-    let h = j.wrapping_mul(0x9E37_79B9) >> 5;
-    let per_task = if j % 10 == 0 { PACED_KEYS } else { PACED_HOT } / PACED_TASKS;
-    h % per_task * PACED_TASKS + task
-}
-
-/// The space bound a running cleaner keeps (`Store::space_bound`'s doc):
-/// twice the live data, plus the padding of one ring end (less than a
-/// record) for the copies of the pass under way.
-fn within_space_bound(st: &StoreStats) -> bool {
-    st.log_used_bytes <= 2 * st.live_bytes + 4096
-}
-
-/// Issue 4's space target under an overwrite-heavy, skewed load with the
-/// cleaner running: the log's use stays within twice the live data (plus
-/// the padding of one ring end) after every update, not only once the
-/// cleaner has caught up, and every key reads back its last value after a
-/// reopen. (Before foreground writes were paced to the cleaner they only
-/// waited at twice the live data plus four segments, and the log went past
-/// twice the live data.)
-#[test]
-fn paced_overwrites_stay_within_twice_the_live_data_throughout() {
-    let bdev = ferrite_bdev::open("malloc:24M").unwrap();
-    let b2 = bdev.clone();
-    let last = glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move {
-            let s = Rc::new(Store::open(bdev, cfg()).await.unwrap());
-            for k in 0..PACED_KEYS {
-                put(&s, k, &paced_value(k, u32::MAX)).await;
-            }
-            let cleaner = s.spawn_cleaner();
-            let worst = Rc::new(Cell::new((0u64, 0u64)));
-            let tasks: Vec<_> = (0..PACED_TASKS)
-                .map(|t| {
-                    let (s, worst) = (s.clone(), worst.clone());
-                    glommio::spawn_local(async move {
-                        let mut last = Vec::new();
-                        for j in 0..PACED_UPDATES {
-                            let k = paced_key(t, j);
-                            put(&s, k, &paced_value(k, j)).await;
-                            last.push((k, j));
-                            let st = s.stats();
-                            if !within_space_bound(&st) {
-                                worst.set((st.log_used_bytes, st.live_bytes));
-                            }
-                        }
-                        last
-                    })
-                })
-                .collect();
-            let mut last = vec![u32::MAX; PACED_KEYS as usize];
-            for t in tasks {
-                for (k, j) in t.await {
-                    last[k as usize] = j;
-                }
-            }
-            s.stop_cleaner();
-            cleaner.await;
-            let st = s.stats();
-            println!(
-                "appended {} bytes on a {} byte log; live {}, over the bound at used {} live {}; \
-                 cleaner copied {} bytes in {} passes, {} wait timeouts",
-                st.bytes_appended,
-                st.log_capacity_bytes,
-                st.live_bytes,
-                worst.get().0,
-                worst.get().1,
-                st.cleaner_bytes_copied,
-                st.cleaner_passes,
-                st.cleaner_wait_timeouts
-            );
-            assert!(st.bytes_appended > st.log_capacity_bytes);
-            assert_eq!(worst.get(), (0, 0), "log use over twice the live data");
-            assert_eq!(st.cleaner_wait_timeouts, 0);
-            last
-        })
-        .unwrap()
-        .join()
-        .unwrap();
-    check_after_reopen(b2, PACED_KEYS, move |k| {
-        Some(paced_value(k, last[k as usize]))
-    });
 }

@@ -152,12 +152,10 @@ impl Store {
         // The flush also made every log write completed before it stable.
         self.note_flushed(written);
         self.checkpoint_generation.set(header.generation);
-        let tail = {
+        {
             let mut log = self.log.borrow_mut();
             log.tail = log.tail.max(header.log_tail);
-            log.tail
-        };
-        self.tail_watch.advanced(tail);
+        }
         self.counters.borrow_mut().checkpoints += 1;
         Ok(CheckpointInfo {
             generation: header.generation,

@@ -16,7 +16,6 @@
 use super::checkpoint::CheckpointInfo;
 use super::log::AppendSpec;
 use super::ops::Held;
-use super::pace::COPY_STEP_BYTES;
 use super::recover::LogReader;
 use super::{Store, StoreError};
 use crate::store::error::Result;
@@ -31,10 +30,6 @@ const RELOCATE_ROUNDS: u32 = 64;
 const CLEANER_RECHECK: Duration = Duration::from_millis(100);
 /// Pause after a failed cleaning pass.
 const CLEANER_BACKOFF: Duration = Duration::from_millis(40);
-/// Bytes one device read of the cleaner takes at least.
-const CLEAN_READ_BYTES: u64 = 512 << 10;
-/// Log bytes the cleaner scans between yields of its task queue.
-const CLEAN_YIELD_BYTES: u64 = 64 << 10;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
 
@@ -66,19 +61,12 @@ impl Store {
     /// over three quarters of the device log? (The slack keeps a store with
     /// little live data from cleaning, and checkpointing, all the time.)
     pub fn cleaning_wanted(&self) -> bool {
-        let used = {
-            let log = self.log.borrow();
-            log.head - log.tail
-        };
-        used > self.cleaning_threshold()
-    }
-
-    /// The log use over which [`Store::cleaning_wanted`].
-    pub(super) fn cleaning_threshold(&self) -> u64 {
+        let log = self.log.borrow();
+        let used = log.head - log.tail;
         let live = self.live_bytes.get();
         let seg = self.config.segment_bytes;
         let slack = (2 * seg).min(live / 4).max(seg);
-        (live + live / 4 + slack).min(self.geo.log_bytes / 4 * 3)
+        used > live + live / 4 + slack || used > self.geo.log_bytes / 4 * 3
     }
 
     /// One relocation step of the record `view` found at `origin`: appends
@@ -201,51 +189,29 @@ impl Store {
     }
 
     /// One cleaning pass: relocates live records from the oldest part of the
-    /// log ([`Store::pass_bytes`] at most), then checkpoints so the space can
-    /// be reused. Foreground appends that owe scanning (`pace`) are paid
-    /// as it scans.
+    /// log (at least one segment, at most a quarter of the log), then
+    /// checkpoints so the space can be reused.
     pub async fn clean(&self) -> Result<CleanReport> {
         self.check_writable()?;
-        let (start, limit) = {
+        let (start, limit, budget) = {
             let log = self.log.borrow();
             let published = log.pending.front().map_or(log.durable, |p| p.addr);
-            (log.clean_upto, published)
+            let used = log.head - log.tail;
+            let live = self.live_bytes.get();
+            let budget = used
+                .saturating_sub(live + live / 4)
+                .clamp(self.config.segment_bytes, self.geo.log_bytes / 4);
+            (log.clean_upto, published, budget)
         };
-        let end = limit.min(start + self.pass_bytes());
-        let mut report = CleanReport::default();
-        self.set_scanning(true);
-        let scanned = self.scan(start, end, &mut report).await;
-        self.set_scanning(false);
-        let at = scanned?;
-        let head = self.log.borrow().head;
-        self.wait_durable(head).await?;
-        report.scanned_bytes = at - start;
-        self.note_pass(report.scanned_bytes, report.bytes_copied);
-        self.log.borrow_mut().clean_upto = at;
-        report.checkpoint = Some(self.checkpoint().await?);
-        let mut c = self.counters.borrow_mut();
-        c.cleaner_passes += 1;
-        c.cleaner_records_copied += report.records_copied;
-        c.cleaner_bytes_copied += report.bytes_copied;
-        c.cleaner_dead_by_slot += report.records_dead_by_slot;
-        Ok(report)
-    }
-
-    /// Relocates the live records of `[start, end)` (record boundaries);
-    /// returns where it stopped (`end`, or past it by the last record). Waits
-    /// for its copies to be durable every [`COPY_STEP_BYTES`], so that one
-    /// group commit carries no more than that of them.
-    async fn scan(&self, start: u64, end: u64, report: &mut CleanReport) -> Result<u64> {
+        let end = limit.min(start + budget);
         let ring = self.geo.ring_bytes;
-        let mut reader = LogReader::with_chunk(CLEAN_READ_BYTES);
+        let mut report = CleanReport::default();
+        let mut reader = LogReader::default();
         let mut at = start;
-        let mut uncommitted = 0;
-        let mut yielded_at = start;
         while at < end {
             let left = ring - at % ring;
             if left < HEADER_BYTES as u64 {
                 at += left;
-                self.pay_scan(left);
                 continue;
             }
             let bytes = self.read_for_clean(&mut reader, at, left).await?;
@@ -263,27 +229,22 @@ impl Store {
                 if n > 0 {
                     report.records_copied += 1;
                     report.bytes_copied += n;
-                    uncommitted += n;
                 }
             }
             at += view.len() as u64;
-            self.pay_scan(view.len() as u64);
-            if uncommitted >= COPY_STEP_BYTES {
-                let head = self.log.borrow().head;
-                self.wait_durable(head).await?;
-                uncommitted = 0;
-            }
-            if at - yielded_at >= CLEAN_YIELD_BYTES {
-                // On a device that completes at once (malloc) nothing here
-                // suspends: let the foreground queues run between steps,
-                // not only at the preempt timer (100 ms).
-                yielded_at = at;
-                glommio::executor().yield_task_queue_now().await;
-            } else {
-                glommio::yield_if_needed().await;
-            }
+            glommio::yield_if_needed().await;
         }
-        Ok(at)
+        let head = self.log.borrow().head;
+        self.wait_durable(head).await?;
+        report.scanned_bytes = at - start;
+        self.log.borrow_mut().clean_upto = at;
+        report.checkpoint = Some(self.checkpoint().await?);
+        let mut c = self.counters.borrow_mut();
+        c.cleaner_passes += 1;
+        c.cleaner_records_copied += report.records_copied;
+        c.cleaner_bytes_copied += report.bytes_copied;
+        c.cleaner_dead_by_slot += report.records_dead_by_slot;
+        Ok(report)
     }
 
     async fn read_for_clean(&self, reader: &mut LogReader, at: u64, left: u64) -> Result<Vec<u8>> {
@@ -310,23 +271,26 @@ impl Store {
         Ok(b.to_vec())
     }
 
-    /// The head at which [`Store::cleaning_due`] turns true if neither
+    /// The head at which [`Store::cleaning_wanted`] turns true if neither
     /// the tail nor the live data move meanwhile.
     fn cleaning_mark(&self) -> u64 {
-        let due = self.pace_start().min(self.geo.log_bytes / 4 * 3);
-        self.log.borrow().tail + due + 1
+        let tail = self.log.borrow().tail;
+        let live = self.live_bytes.get();
+        let seg = self.config.segment_bytes;
+        let over = (live + live / 2 + 2 * seg).min(self.geo.log_bytes / 4 * 3);
+        tail + over + 1
     }
 
-    /// Runs cleaning passes whenever [`Store::cleaning_due`], until
+    /// Runs cleaning passes whenever [`Store::cleaning_wanted`], until
     /// [`Store::stop_cleaner`] or the store is poisoned; in between it
     /// sleeps until appends take the head to where cleaning is wanted
     /// (after a failed pass, `backoff`). While it runs, foreground writes
-    /// are paced to it and wait for it at [`Store::foreground_bound`]
-    /// (`pace`'s module doc).
+    /// that would take the log past twice the live data (plus four
+    /// segments) wait for it (up to 10 s).
     pub async fn run_cleaner(self: Rc<Self>, backoff: Duration) {
         self.cleaner_active.set(true);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
-            if !self.cleaning_due() {
+            if !self.cleaning_wanted() {
                 // Deletes shrink the live data without moving the head far:
                 // a write over its disk budget wakes the cleaner, and it
                 // looks again at least every CLEANER_RECHECK anyway.
@@ -342,8 +306,6 @@ impl Store {
             }
         }
         self.cleaner_active.set(false);
-        self.pace_watch.wake_all();
-        self.tail_watch.wake_all();
     }
 
     /// Spawns [`Store::run_cleaner`] on a low-share, latency-insensitive task
@@ -367,7 +329,5 @@ impl Store {
     pub fn stop_cleaner(&self) {
         self.cleaner_stop.set(true);
         self.head_watch.wake_all();
-        self.pace_watch.wake_all();
-        self.tail_watch.wake_all();
     }
 }

@@ -14,7 +14,6 @@
 //! past a cut without touching live records.
 
 use super::ops::Held;
-use super::pace::CLEANER_WAIT;
 use super::{Durability, Store, StoreError};
 use crate::store::error::Result;
 use ferrite_bdev::IoBuf;
@@ -27,10 +26,12 @@ use futures::channel::oneshot;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
 
 /// Waits for space (1 ms each) before giving up with `LogFull`.
 const SPACE_WAIT_ROUNDS: u32 = 20_000;
+/// Waits (1 ms each) for a running cleaner to bring disk use back under
+/// budget before writing past it anyway.
+const CLEANER_WAIT_ROUNDS: u32 = 10_000;
 
 /// Hashes a key hash (already an xxh3 digest) to itself: `pending_hashes`
 /// took a SipHash of it on every append and publish.
@@ -49,16 +50,6 @@ impl Hasher for KeyHashHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = n;
     }
-}
-
-/// What a foreground append's wait for the cleaner came to.
-enum CleanerWait {
-    /// Nothing to wait for.
-    No,
-    /// Waited once: look again.
-    Waited,
-    /// Waited [`CLEANER_WAIT`] in all: go on without the cleaner.
-    TimedOut,
 }
 
 /// A record appended and not yet published.
@@ -163,10 +154,13 @@ impl Store {
         self.geo.log_bytes.saturating_sub(reserve + cleaner)
     }
 
+    /// Disk use foreground writes wait at while a cleaner runs: twice the
+    /// live data plus four cleaner segments.
+    pub(crate) fn disk_budget(&self) -> u64 {
+        2 * self.live_bytes.get() + 4 * self.config.segment_bytes
+    }
+
     /// Waits until `len` bytes can be appended without an await in between.
-    /// Foreground appends (`for_cleaner` false) also wait, while a cleaner
-    /// runs, for it to keep the log within its bounds (`pace`'s module doc),
-    /// for [`CLEANER_WAIT`] at most, and are charged the scanning they owe.
     pub(crate) async fn reserve_space(&self, len: u64, for_cleaner: bool) -> Result<()> {
         if len > self.geo.ring_bytes / 2 {
             return Err(StoreError::Invalid(format!(
@@ -174,14 +168,8 @@ impl Store {
                 self.geo.ring_bytes
             )));
         }
-        // Until when a foreground append waits for the cleaner (`None`:
-        // not yet waited; past it, no more).
-        let mut cleaner_deadline: Option<Instant> = None;
-        let mut gave_up = false;
-        // Waits for the ring or the log limit (a wait for the cleaner is
-        // bounded by its deadline instead).
-        let mut rounds = 0;
-        while rounds < SPACE_WAIT_ROUNDS {
+        let mut waited_for_cleaner = 0;
+        for _ in 0..SPACE_WAIT_ROUNDS {
             self.check_writable()?;
             let (head, durable, tail) = {
                 let l = self.log.borrow();
@@ -189,30 +177,30 @@ impl Store {
             };
             let need = self.need(head, len);
             if head + need - durable > self.geo.ring_bytes {
-                rounds += 1;
                 self.wait_durable(head).await?;
                 continue;
             }
-            if !for_cleaner && !gave_up && self.cleaner_active.get() {
-                let deadline =
-                    *cleaner_deadline.get_or_insert_with(|| Instant::now() + CLEANER_WAIT);
-                match self.wait_for_cleaner(head + need - tail, deadline).await {
-                    CleanerWait::Waited => continue,
-                    CleanerWait::TimedOut => {
-                        self.counters.borrow_mut().cleaner_wait_timeouts += 1;
-                        gave_up = true;
-                    }
-                    CleanerWait::No => {}
+            let over_budget = !for_cleaner
+                && self.cleaner_active.get()
+                && head + need - tail > self.disk_budget()
+                && waited_for_cleaner < CLEANER_WAIT_ROUNDS;
+            if over_budget {
+                if waited_for_cleaner == 0 {
+                    // The cleaner may sleep until a head mark computed with
+                    // more live data than is left (deletes): look now.
+                    self.head_watch.wake_all();
                 }
-            }
-            if head + need - tail > self.log_limit(for_cleaner) {
-                rounds += 1;
-                self.head_watch.wake_all();
+                waited_for_cleaner += 1;
+                if waited_for_cleaner == CLEANER_WAIT_ROUNDS {
+                    self.counters.borrow_mut().cleaner_wait_timeouts += 1;
+                }
                 glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
                 continue;
             }
-            if !for_cleaner {
-                self.charge_append(need);
+            if head + need - tail > self.log_limit(for_cleaner) {
+                self.head_watch.wake_all();
+                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                continue;
             }
             return Ok(());
         }
@@ -223,35 +211,6 @@ impl Store {
             capacity: self.geo.log_bytes,
             live: self.live_bytes.get(),
         })
-    }
-
-    /// One wait of a foreground append that would take the log's use to
-    /// `used` for the cleaner: for the tail to move when that is over the
-    /// foreground bound, else for the cleaner to scan what the foreground
-    /// owes (the cleaner wakes those waits when it stops scanning, so they
-    /// need no timer).
-    async fn wait_for_cleaner(&self, used: u64, deadline: Instant) -> CleanerWait {
-        let over = used.saturating_sub(self.foreground_bound());
-        let pace = self.pace_mark();
-        if over == 0 && pace.is_none() {
-            return CleanerWait::No;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return CleanerWait::TimedOut;
-        }
-        if over > 0 {
-            // The cleaner may sleep until a head mark computed with more
-            // live data than is left (deletes): look now.
-            self.head_watch.wake_all();
-            let tail = self.log.borrow().tail;
-            let moved = self.tail_watch.wait(tail + over, || self.log.borrow().tail);
-            let timeout = glommio::timer::sleep(deadline - now);
-            futures::future::select(std::pin::pin!(moved), std::pin::pin!(timeout)).await;
-        } else if let Some(mark) = pace {
-            self.pace_watch.wait(mark, || self.pace.get().paid).await;
-        }
-        CleanerWait::Waited
     }
 
     /// Fills the rest of the ring with padding so the next record starts at

@@ -63,7 +63,6 @@ mod format;
 mod keeper;
 mod log;
 mod ops;
-mod pace;
 mod recover;
 mod sync;
 mod verify;
@@ -78,7 +77,6 @@ pub use error::{Result, StoreError};
 pub use format::Geometry;
 pub use keeper::{KEEPER_SHARES, KEEP_CHARGE_MIN_BYTES};
 pub use ops::{ExtentSink, EXTENT_READ_MAX_BYTES};
-pub use pace::{COPY_STEP_BYTES, PACE_ALLOWANCE_BYTES};
 pub use sync::Durability;
 
 use crate::region::Region;
@@ -328,14 +326,6 @@ pub struct Store {
     /// Wakes the cleaner and the keeper as the head moves.
     head_watch: watch::HeadWatch,
     cleaner_active: Cell<bool>,
-    /// The cleaner is scanning a pass (foreground appends may wait on it).
-    cleaner_scanning: Cell<bool>,
-    /// What foreground appends owe the cleaner and what it paid (`pace`).
-    pace: Cell<pace::PaceState>,
-    /// Wakes foreground appends as the cleaner pays.
-    pace_watch: watch::HeadWatch,
-    /// Wakes foreground appends as the tail moves.
-    tail_watch: watch::HeadWatch,
     keeper: Cell<keeper::KeeperState>,
     /// Every log byte before this is on stable media.
     flushed_upto: Cell<u64>,
@@ -460,8 +450,6 @@ impl Store {
         }
         drop(p);
         self.head_watch.wake_all();
-        self.pace_watch.wake_all();
-        self.tail_watch.wake_all();
     }
 
     fn device_error(&self, op: &'static str, source: ferrite_bdev::BdevError) -> StoreError {

@@ -99,10 +99,6 @@ impl Store {
             cleaner_stop: Cell::new(false),
             head_watch: Default::default(),
             cleaner_active: Cell::new(false),
-            cleaner_scanning: Cell::new(false),
-            pace: Cell::default(),
-            pace_watch: Default::default(),
-            tail_watch: Default::default(),
             keeper: Cell::new(Default::default()),
             flushed_upto: Cell::new(0),
             flush_lock: glommio::sync::Semaphore::new(1),
@@ -296,21 +292,9 @@ async fn read_at(chan: &dyn Channel, device: &str, offset: u64, len: u64) -> Res
 pub(crate) struct LogReader {
     start: u64,
     bytes: Vec<u8>,
-    /// Bytes one device read takes at least (0: `REPLAY_CHUNK_BYTES`).
-    chunk_bytes: u64,
 }
 
 impl LogReader {
-    /// A reader whose device reads take `chunk_bytes` at least (the cleaner
-    /// reads less at a time than replay, so a read of its ahead of the
-    /// pass's end, and the device time one read holds, stay small).
-    pub fn with_chunk(chunk_bytes: u64) -> Self {
-        Self {
-            chunk_bytes,
-            ..Self::default()
-        }
-    }
-
     /// `len` bytes at log address `addr`, or `None` if they would cross the
     /// end of the device log (no record does).
     pub async fn get(&mut self, store: &Store, addr: u64, len: usize) -> Result<Option<&[u8]>> {
@@ -322,11 +306,7 @@ impl LogReader {
         if !have {
             let bs = u64::from(store.geo.block_size);
             let start = addr / bs * bs;
-            let chunk = match self.chunk_bytes {
-                0 => REPLAY_CHUNK_BYTES,
-                n => n,
-            };
-            let want = (addr + len as u64 - start).max(chunk);
+            let want = (addr + len as u64 - start).max(REPLAY_CHUNK_BYTES);
             let n = want.min(lap_end - start).div_ceil(bs) * bs;
             let n = n.min(lap_end - start);
             let (buf, off) = store.read_log(start, n as usize).await?;
