@@ -18,6 +18,7 @@ use ferrite_proto::rpc::{ExtentList, Key, Reply, Request};
 
 use crate::client::counters::Counter;
 use crate::client::error::Result;
+use crate::client::handle::with_scratch;
 use crate::client::onesided::{Listed, Newest, OneSidedReader};
 use crate::client::{reply, Client};
 
@@ -134,11 +135,6 @@ impl ExtentLists {
     }
 }
 
-thread_local! {
-    /// The scratch buffer of this thread's one-sided piece reads.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 impl Client {
     /// The extent list of the array under `key`, asked of the engine
     /// (`None`: the array does not exist).
@@ -167,10 +163,7 @@ impl Client {
         };
         self.check_alive("extent read")?;
         let record_key = key.as_record_key();
-        let newest = SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            reader.read_newest(&record_key, offset, buf, &mut scratch)
-        })?;
+        let newest = with_scratch(|scratch| reader.read_newest(&record_key, offset, buf, scratch))?;
         match newest {
             Newest::Read => {
                 self.counters.add(Counter::OneSidedHit, 1);
@@ -203,9 +196,8 @@ impl Client {
             let Some(list) = kept else {
                 return Ok(false);
             };
-            let listed = SCRATCH.with(|scratch| {
-                let mut scratch = scratch.borrow_mut();
-                reader.read_listed(&record_key, &list, offset, buf, &mut scratch)
+            let listed = with_scratch(|scratch| {
+                reader.read_listed(&record_key, &list, offset, buf, scratch)
             })?;
             match listed {
                 Listed::Read => {

@@ -150,6 +150,18 @@ fn is_loopback_shm(url: &EngineUrl) -> bool {
     matches!(url, EngineUrl::Unix { .. })
 }
 
+thread_local! {
+    /// The scratch buffer of this thread's one-sided extent reads.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's scratch buffer for one-sided extent reads
+/// (kept between reads, so that a read allocates nothing). `f` must not
+/// call back into `with_scratch`.
+pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    SCRATCH.with(|scratch| f(&mut scratch.borrow_mut()))
+}
+
 impl Client {
     /// Connects to `tcp://host:port` or `unix:///path` with default options
     /// (token from `FERRITE_TOKEN` if set).
@@ -502,18 +514,14 @@ impl Client {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<Option<bool>> {
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
         let Some(reader) = &self.reader else {
             return Ok(None);
         };
         self.check_alive("extent read")?;
-        let lookup = SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
+        let lookup = with_scratch(|scratch| {
             scratch.clear();
             let key = key.as_record_key();
-            reader.get_extent_into_slice(&key, offset, buf, &mut scratch, &self.counters)
+            reader.get_extent_into_slice(&key, offset, buf, scratch, &self.counters)
         })?;
         Ok(match lookup {
             Lookup::Found { .. } => Some(true),
