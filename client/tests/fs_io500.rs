@@ -222,10 +222,11 @@ fn phases_one_by_one_through_separate_clients_pass() {
     drop(first); // the embedded engine lived in it
 }
 
-/// A group of creates: one batch for the inserts and one for the writes with the size
-/// updates; an existing name fails that file only (EEXIST), the others are created, written
-/// and closed, and another client reads them back. A group of unlinks: one batch for the
-/// names, the data behind; a missing name fails that path only.
+/// A group of creates: one batch for the data and one for the sized entries, two records
+/// per file; an existing name fails that file only (EEXIST) and the data written for it is
+/// removed again; the others are created with their data, and another client reads them
+/// back. A group of unlinks: one batch for the names, the data behind; a missing name fails
+/// that path only.
 #[test]
 fn file_groups_share_round_trips_and_keep_each_files_outcome() {
     let backend = backend();
@@ -240,9 +241,26 @@ fn file_groups_share_round_trips_and_keep_each_files_outcome() {
         (0..10).map(|i| (format!("g{i}"), &data[i][..])).collect();
     files[4].0 = "taken".into();
     let requests = || backend.namespace().client().counters().rpc_requests;
+    let engine = |name: &str| -> u64 {
+        let stat = backend.namespace().client().stat().unwrap();
+        let of = |t: &ferrite_proto::rpc::TargetStat| {
+            t.counters
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, v)| *v)
+        };
+        stat.target_counters.iter().map(of).sum()
+    };
+    let (keys, records) = (engine("keys"), engine("records_appended"));
     let before = requests();
     let results = backend.create_files(&files);
-    assert_eq!(requests() - before, 2);
+    // Data, entries, and the removal of the data written for "taken".
+    assert_eq!(requests() - before, 3);
+    // 9 new files of one chunk each: an entry and a chunk apiece, nothing of "taken" left.
+    assert_eq!(engine("keys") - keys, 18);
+    // 10 data writes, 9 entries, 1 punch; a size update after the data would add 9 more.
+    let appended = engine("records_appended") - records;
+    assert!(appended <= 20, "{appended} records for 9 files");
     for (i, r) in results.iter().enumerate() {
         match (i, r) {
             (4, Err(e)) => {

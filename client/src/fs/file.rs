@@ -101,11 +101,22 @@ impl Namespace {
         offset: u64,
         data: &[u8],
     ) -> (Vec<Request>, Vec<BulkLease>) {
-        let chunk = u64::from(fh.entry.chunk_size);
+        self.object_write_requests(&fh.entry, offset, data)
+    }
+
+    /// [`write_requests`](Self::write_requests) for the file object of
+    /// `entry` (its object id and chunk size), with or without a handle.
+    pub(super) fn object_write_requests(
+        &self,
+        entry: &Entry,
+        offset: u64,
+        data: &[u8],
+    ) -> (Vec<Request>, Vec<BulkLease>) {
+        let chunk = u64::from(entry.chunk_size);
         let mut leases = Vec::new();
         let requests = pieces(chunk, offset, data.len())
             .map(|(index, within, pos, n)| {
-                let key = self.chunk_key(fh.entry.object, index);
+                let key = self.chunk_key(entry.object, index);
                 let (req, lease) =
                     self.client
                         .extent_write_request(key, within, &data[pos..pos + n]);

@@ -1,7 +1,7 @@
 //! Namespace operations on many files at once, each file with its own
-//! outcome: the creates of a group go to the engine as one batch, their
-//! writes and size updates as a second; the name removals of a group as one
-//! batch, the removal of their data as another. Every file keeps the
+//! outcome: the data of a group's new files goes to the engine as one
+//! batch, their sized entries as a second; the name removals of a group as
+//! one batch, the removal of their data as another. Every file keeps the
 //! semantics of the one-file operation (a create is a conditional insert
 //! that fails that file with `EEXIST`; a file's data and size are
 //! acknowledged before its result is), only the round trips are shared.
@@ -9,7 +9,7 @@
 use super::entry::{Entry, EntryKind};
 use super::error::{client_err, unexpected_reply, FsError, FsResult};
 use super::file::{chunk_dkey, CHUNK_AKEY};
-use super::{check_name, new_object_id, FileHandle, FsFuture, Namespace, REMOVE_SCOPE};
+use super::{check_name, new_object_id, FsFuture, Namespace, REMOVE_SCOPE};
 use crate::client::bulk::BulkLease;
 use crate::client::{Error as ClientError, Key, Reply, Request};
 
@@ -46,64 +46,82 @@ fn batch_error(what: String, detail: String, url: String) -> FsError {
 }
 
 impl Namespace {
-    /// Creates every file of `files` (mode `mode`), writes its data and
-    /// closes it: two round trips for the whole group (the creates, then
-    /// the writes with the size updates), one result per file in order.
+    /// Creates every file of `files` (mode `mode`) with its data: two round
+    /// trips for the whole group, one result per file in order. The data
+    /// goes first, into each file's new object (no name leads to it yet),
+    /// then the entries, already sized, as conditional inserts: whoever
+    /// finds the name finds the data, and each file costs two records, not
+    /// three (no size update after the data). A create that loses to an
+    /// existing name fails with `EEXIST` and removes the data it wrote; a
+    /// client that dies between the two round trips leaves unreachable data.
     pub fn create_files(&self, files: &[NewFile<'_>], mode: u32) -> Vec<FsResult<()>> {
-        let mut results: Vec<FsResult<()>> = Vec::with_capacity(files.len());
-        let mut inserts = Vec::new();
-        let mut created = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            results.push(check_name(f.name));
-            if results[i].is_ok() {
-                let e = Entry::new(EntryKind::File, mode, new_object_id(), self.chunk_bytes);
-                inserts.push(Request::CondUpdate {
-                    key: self.entry_key(f.dir, f.name),
-                    expected_version: 0,
-                    value: e.encode(),
-                });
-                created.push((i, e));
-            }
-        }
-        let mut handles = Vec::new();
-        for ((i, e), reply) in created.into_iter().zip(batch_replies(self, inserts)) {
+        let mut results: Vec<FsResult<()>> = files.iter().map(|f| check_name(f.name)).collect();
+        let entries: Vec<Entry> = files
+            .iter()
+            .map(|f| {
+                let mut e = Entry::new(EntryKind::File, mode, new_object_id(), self.chunk_bytes);
+                e.size = f.data.len() as u64;
+                e
+            })
+            .collect();
+        self.write_new_data(files, &entries, &mut results);
+        let inserting: Vec<usize> = (0..files.len()).filter(|&i| results[i].is_ok()).collect();
+        let inserts = inserting
+            .iter()
+            .map(|&i| Request::CondUpdate {
+                key: self.entry_key(files[i].dir, files[i].name),
+                expected_version: 0,
+                value: entries[i].encode(),
+            })
+            .collect();
+        let mut orphans = Vec::new();
+        for (&i, reply) in inserting.iter().zip(batch_replies(self, inserts)) {
             let f = &files[i];
             let what = || format!("create {}", f.name);
-            let version = reply
-                .map_err(|d| batch_error(what(), d, self.client.url()))
-                .and_then(|r| match crate::client::reply::cond(0, r) {
-                    Ok(v) => Ok(v),
-                    Err(ClientError::VersionMismatch { .. }) => Err(FsError::Exists(f.name.into())),
-                    Err(err) => Err(client_err(what())(err)),
-                });
-            match version {
-                Ok(v) if !f.data.is_empty() => {
-                    handles.push((i, FileHandle::new(f.dir, f.name, e, v)))
+            results[i] = match reply.map(|r| crate::client::reply::cond(0, r)) {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(ClientError::VersionMismatch { .. })) => {
+                    // The name was there: nothing will ever reach this data.
+                    if !f.data.is_empty() {
+                        orphans.push((entries[i].clone(), f.name));
+                    }
+                    Err(FsError::Exists(f.name.into()))
                 }
-                Ok(_) => {}
-                Err(err) => results[i] = Err(err),
+                Ok(Err(err)) => Err(client_err(what())(err)),
+                // Unknown whether the entry landed: its data stays.
+                Err(d) => Err(batch_error(what(), d, self.client.url())),
+            };
+        }
+        if !orphans.is_empty() {
+            if let Err(e) = futures::executor::block_on(self.remove_data_many(&orphans)) {
+                tracing::warn!("create: removing the data of files that existed: {e}");
             }
         }
-        self.write_and_close_files(files, handles, &mut results);
         results
     }
 
-    /// The second round trip of [`create_files`](Self::create_files): each
-    /// handle's data and size update, all in one batch.
-    fn write_and_close_files(
+    /// The first round trip of [`create_files`](Self::create_files): the
+    /// data of every file still `Ok` in `results`, at offset 0 of its new
+    /// object, all in one batch. A file whose write fails gets that error.
+    fn write_new_data(
         &self,
         files: &[NewFile<'_>],
-        handles: Vec<(usize, FileHandle)>,
+        entries: &[Entry],
         results: &mut [FsResult<()>],
     ) {
         let mut requests = Vec::new();
         let mut leases = Vec::new();
-        let mut closing = Vec::with_capacity(handles.len());
-        for (i, fh) in handles {
-            let (mut r, mut l, seen) = self.close_batch(&fh, 0, files[i].data);
-            closing.push((i, fh, seen, r.len()));
-            requests.append(&mut r);
-            leases.append(&mut l);
+        let mut spans = Vec::new();
+        for (i, (f, e)) in files.iter().zip(entries).enumerate() {
+            if results[i].is_ok() && !f.data.is_empty() {
+                let (mut r, mut l) = self.object_write_requests(e, 0, f.data);
+                spans.push((i, r.len()));
+                requests.append(&mut r);
+                leases.append(&mut l);
+            }
+        }
+        if requests.is_empty() {
+            return;
         }
         let replies = batch_replies(self, requests);
         // Bulk slots come back once the batch was answered; the engine may
@@ -112,12 +130,23 @@ impl Namespace {
             leases.into_iter().for_each(BulkLease::abandon);
         }
         let mut replies = replies.into_iter();
-        for (i, fh, seen, n) in closing {
-            let mine: Result<Vec<Reply>, String> = replies.by_ref().take(n).collect();
-            results[i] = match mine {
-                Ok(mine) => self.finish_close(&fh, seen, mine),
-                Err(d) => Err(batch_error(fh.name().to_string(), d, self.client.url())),
-            };
+        for (i, n) in spans {
+            let what = || format!("write {}", files[i].name);
+            for reply in replies.by_ref().take(n) {
+                let r = match reply {
+                    Ok(Reply::Version(_)) => Ok(()),
+                    Ok(other) => Err(unexpected_reply(
+                        what(),
+                        "extent write",
+                        self.client.url(),
+                        other,
+                    )),
+                    Err(d) => Err(batch_error(what(), d, self.client.url())),
+                };
+                if results[i].is_ok() {
+                    results[i] = r;
+                }
+            }
         }
     }
 
