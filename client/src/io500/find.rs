@@ -122,9 +122,9 @@ fn list<B: Io500Backend>(
     let mut batch = Vec::new();
     ctx.backend
         .readdir(dir, &mut |entry| {
-            let path = format!("{dir}/{}", entry.name);
+            // Paths are made only for what goes back on the queue.
             if entry.kind == EntryKind::Directory {
-                queue.push(Work::List(path));
+                queue.push(Work::List(format!("{dir}/{}", entry.name)));
                 return Ok(());
             }
             tally.examined += 1;
@@ -133,7 +133,7 @@ fn list<B: Io500Backend>(
             }
             match entry.stat {
                 Some(stat) => tally.found += u64::from(stat_matches(&stat, newer_than)),
-                None => batch.push(path),
+                None => batch.push(format!("{dir}/{}", entry.name)),
             }
             if batch.len() >= CHECK_BATCH {
                 queue.push(Work::Check(std::mem::take(&mut batch)));
