@@ -92,21 +92,11 @@ impl Namespace {
         Key::new(self.container, object, &chunk_dkey(index), CHUNK_AKEY)
     }
 
-    /// The extent writes of `data` at `offset` of the file, one per chunk
-    /// piece, each through the bulk region when it has a free slot (the
-    /// leases are settled once the writes are answered).
-    fn write_requests(
-        &self,
-        fh: &FileHandle,
-        offset: u64,
-        data: &[u8],
-    ) -> (Vec<Request>, Vec<BulkLease>) {
-        self.object_write_requests(&fh.entry, offset, data)
-    }
-
-    /// [`write_requests`](Self::write_requests) for the file object of
-    /// `entry` (its object id and chunk size), with or without a handle.
-    pub(super) fn object_write_requests(
+    /// The extent writes of `data` at `offset` of the file object of
+    /// `entry` (its object id and chunk size), one per chunk piece, each
+    /// through the bulk region when it has a free slot (the leases are
+    /// settled once the writes are answered).
+    pub(super) fn write_requests(
         &self,
         entry: &Entry,
         offset: u64,
@@ -148,7 +138,7 @@ impl Namespace {
         offset: u64,
         data: &[u8],
     ) -> impl std::future::Future<Output = FsResult<()>> + Send + 'static {
-        let (requests, leases) = self.write_requests(fh, offset, data);
+        let (requests, leases) = self.write_requests(&fh.entry, offset, data);
         let futures: Vec<_> = requests
             .iter()
             .map(|r| self.client.request_async(r))
@@ -216,7 +206,7 @@ impl Namespace {
         offset: u64,
         data: &[u8],
     ) -> (Vec<Request>, Vec<BulkLease>, u64) {
-        let (mut requests, leases) = self.write_requests(fh, offset, data);
+        let (mut requests, leases) = self.write_requests(&fh.entry, offset, data);
         Self::note_written(fh, offset + data.len() as u64);
         let mut grown = fh.entry.clone();
         grown.size = grown.size.max(fh.written_end.load(Ordering::Acquire));

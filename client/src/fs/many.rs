@@ -45,6 +45,20 @@ fn batch_error(what: String, detail: String, url: String) -> FsError {
     })
 }
 
+/// A batch reply that must acknowledge an update (`op`, for `what`).
+fn acked(
+    what: String,
+    op: &'static str,
+    url: String,
+    reply: Result<Reply, String>,
+) -> FsResult<()> {
+    match reply {
+        Ok(Reply::Version(_)) => Ok(()),
+        Ok(other) => Err(unexpected_reply(what, op, url, other)),
+        Err(d) => Err(batch_error(what, d, url)),
+    }
+}
+
 impl Namespace {
     /// Creates every file of `files` (mode `mode`) with its data: two round
     /// trips for the whole group, one result per file in order. The data
@@ -114,7 +128,7 @@ impl Namespace {
         let mut spans = Vec::new();
         for (i, (f, e)) in files.iter().zip(entries).enumerate() {
             if results[i].is_ok() && !f.data.is_empty() {
-                let (mut r, mut l) = self.object_write_requests(e, 0, f.data);
+                let (mut r, mut l) = self.write_requests(e, 0, f.data);
                 spans.push((i, r.len()));
                 requests.append(&mut r);
                 leases.append(&mut l);
@@ -131,18 +145,9 @@ impl Namespace {
         }
         let mut replies = replies.into_iter();
         for (i, n) in spans {
-            let what = || format!("write {}", files[i].name);
             for reply in replies.by_ref().take(n) {
-                let r = match reply {
-                    Ok(Reply::Version(_)) => Ok(()),
-                    Ok(other) => Err(unexpected_reply(
-                        what(),
-                        "extent write",
-                        self.client.url(),
-                        other,
-                    )),
-                    Err(d) => Err(batch_error(what(), d, self.client.url())),
-                };
+                let what = format!("write {}", files[i].name);
+                let r = acked(what, "extent write", self.client.url(), reply);
                 if results[i].is_ok() {
                     results[i] = r;
                 }
@@ -198,16 +203,7 @@ impl Namespace {
         let mut data = Vec::new();
         for ((i, e), reply) in removed.into_iter().zip(batch_replies(self, punches)) {
             let name = files[i].1;
-            results[i] = match reply {
-                Ok(Reply::Version(_)) => Ok(()),
-                Ok(other) => Err(unexpected_reply(
-                    format!("remove {name}"),
-                    "punch",
-                    self.client.url(),
-                    other,
-                )),
-                Err(d) => Err(batch_error(format!("remove {name}"), d, self.client.url())),
-            };
+            results[i] = acked(format!("remove {name}"), "punch", self.client.url(), reply);
             if results[i].is_ok() && e.kind == EntryKind::File && e.size > 0 {
                 data.push((e, name));
             }
