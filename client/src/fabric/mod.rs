@@ -63,8 +63,9 @@ pub trait Endpoint: Send + Sync {
     /// Contract: `offset + len <= region.length` and `buf.len() >= len`,
     /// else an error and `buf` untouched. The bytes may be concurrently
     /// written by the engine; the copy is done with atomic loads (8 bytes at
-    /// a time when `offset` and `len` are multiples of 8) so it is never
-    /// undefined behaviour, only possibly torn.
+    /// a time when `offset` and `len` are multiples of 8) or by the kernel
+    /// (shm's large reads are `pread`s), so it is never undefined
+    /// behaviour, only possibly torn.
     fn read(
         &self,
         region: &RegionDescriptor,

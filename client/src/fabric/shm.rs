@@ -1,7 +1,11 @@
 //! The `shm` endpoint: regions are memfd (or hugetlbfs) files the engine
 //! hands over its Unix socket with `SCM_RIGHTS`; the client maps them
-//! read-only and a one-sided read is a copy out of the mapping by atomic
-//! loads. The engine's CPU does nothing for it.
+//! read-only and a small one-sided read is a copy out of the mapping by
+//! atomic loads. A large read (from [`PREAD_MIN`] bytes), and every read of
+//! a device log window (a file in the page cache, gigabytes long), is a
+//! `pread` of the file instead: one kernel copy at memcpy speed, with no
+//! page table work for pages this process never mapped (an ior read touches
+//! each page once). The engine's CPU does nothing for either.
 //!
 //! ```
 //! use ferrite_client::fabric::{shm::{ShmEndpoint, ShmMapping}, Endpoint};
@@ -36,16 +40,28 @@ pub const REGION_ID_MAX: u32 = 1 << 16;
 /// Most descriptors passed in one `recvmsg`.
 pub const FDS_PER_MESSAGE_MAX: usize = 256;
 
-/// A read-only shared mapping of a whole region file.
+/// Reads of at least this many bytes are `pread`s of the region file rather
+/// than loads from its mapping: past a few pages the kernel's copy beats a
+/// word-by-word atomic copy, syscall included.
+pub const PREAD_MIN: usize = 16 << 10;
+
+/// A read-only view of a region file: its descriptor (for `pread`) and, for
+/// memory regions, a shared mapping with populated page tables (for loads).
 pub struct ShmMapping {
+    /// Null for a file window read only by `pread`.
     ptr: *const u8,
     len: usize,
+    fd: OwnedFd,
+    /// Where the view starts in the file.
+    file_offset: u64,
 }
 
 impl std::fmt::Debug for ShmMapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShmMapping")
             .field("len", &self.len)
+            .field("file_offset", &self.file_offset)
+            .field("mapped", &!self.ptr.is_null())
             .finish()
     }
 }
@@ -64,14 +80,19 @@ impl ShmMapping {
         Self::map_at(fd, 0, len, true)
     }
 
-    /// Maps `len` bytes of `fd` from file offset `offset` (a multiple of the
-    /// page size) read-only and shared; `populate` fills the page tables now
-    /// (for memory files: a GET must not take page faults; not for a device
-    /// file, where it would read the whole file in). The file must reach
-    /// `offset + len` (checked with fstat), so no read in the mapping can
-    /// fault past its end as long as the file does not shrink.
+    /// A view of `len` bytes of `fd` from file offset `offset`. `populate`:
+    /// a read-only shared mapping (`offset` a multiple of the page size) with
+    /// its page tables filled now, for memory files (a GET must not take
+    /// page faults). Otherwise no mapping: a window of a device file, read
+    /// by `pread` only (mapping it would cost a fault per page read). The
+    /// file must reach `offset + len` (checked with fstat), so no read in the
+    /// mapping can fault past its end as long as the file does not shrink.
     pub fn map_at(fd: impl AsFd, offset: u64, len: u64, populate: bool) -> Result<Self> {
-        let fd = fd.as_fd().as_raw_fd();
+        let owned = fd
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::io("dup of shm region descriptor", e))?;
+        let fd = owned.as_raw_fd();
         // SAFETY: fstat writes into the zeroed struct we own.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is a valid descriptor borrowed for this call.
@@ -97,10 +118,14 @@ impl ShmMapping {
         };
         let len = usize::try_from(len).map_err(|_| too_big())?;
         let file_offset = libc::off_t::try_from(offset).map_err(|_| too_big())?;
-        let flags = match populate {
-            true => libc::MAP_SHARED | libc::MAP_POPULATE,
-            false => libc::MAP_SHARED,
-        };
+        if !populate {
+            return Ok(Self {
+                ptr: std::ptr::null(),
+                len,
+                fd: owned,
+                file_offset: offset,
+            });
+        }
         // SAFETY: mapping a valid fd read-only; the kernel chooses the address
         // (and refuses an offset that is not page aligned).
         let ptr = unsafe {
@@ -108,7 +133,7 @@ impl ShmMapping {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ,
-                flags,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
                 fd,
                 file_offset,
             )
@@ -122,6 +147,8 @@ impl ShmMapping {
         Ok(Self {
             ptr: ptr as *const u8,
             len,
+            fd: owned,
+            file_offset: offset,
         })
     }
 
@@ -136,6 +163,9 @@ impl ShmMapping {
     /// Prefetches the cache lines of `len` bytes at `offset` (clamped to
     /// the mapping).
     fn prefetch(&self, offset: usize, len: usize) {
+        if self.ptr.is_null() {
+            return;
+        }
         let end = offset.saturating_add(len).min(self.len);
         let mut at = offset & !63;
         while at < end {
@@ -156,7 +186,7 @@ impl ShmMapping {
     /// a record's key, is still copied a word at a time). Bounds are checked
     /// by the caller.
     fn copy_out(&self, offset: usize, dst: &mut [u8]) {
-        debug_assert!(offset + dst.len() <= self.len);
+        debug_assert!(offset + dst.len() <= self.len && !self.ptr.is_null());
         // SAFETY: offset + len is within the mapping (checked by callers).
         let src = unsafe { self.ptr.add(offset) };
         let lead = ((8 - src as usize % 8) % 8).min(dst.len());
@@ -184,10 +214,60 @@ impl ShmMapping {
     }
 }
 
+impl ShmMapping {
+    /// Copies `dst.len()` bytes at `offset` of the view (in bounds, checked
+    /// by the caller): loads from the mapping for small reads, else `pread`.
+    fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        if !self.ptr.is_null() && dst.len() < PREAD_MIN {
+            self.copy_out(offset, dst);
+            return Ok(());
+        }
+        self.pread(offset as u64, dst)
+    }
+
+    /// `pread`s of the file until `dst` is full. The engine may write the
+    /// bytes meanwhile: the copy may be torn (the reader's checks catch
+    /// that), never undefined behaviour.
+    fn pread(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let mut done = 0;
+        while done < dst.len() {
+            let at = self.file_offset + offset + done as u64;
+            let rest = &mut dst[done..];
+            // SAFETY: pread into the unfilled part of `dst`, which we own.
+            let n = unsafe {
+                libc::pread(
+                    self.fd.as_raw_fd(),
+                    rest.as_mut_ptr().cast(),
+                    rest.len(),
+                    at as libc::off_t,
+                )
+            };
+            match n {
+                n if n > 0 => done += n as usize,
+                0 => {
+                    return Err(Error::Region {
+                        region_id: 0,
+                        reason: format!("shm file ends before byte {at}"),
+                    })
+                }
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() != std::io::ErrorKind::Interrupted {
+                        return Err(Error::io("pread of shm region", e));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Drop for ShmMapping {
     fn drop(&mut self) {
-        // SAFETY: ptr/len are exactly what mmap returned.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        if !self.ptr.is_null() {
+            // SAFETY: ptr/len are exactly what mmap returned.
+            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+        }
     }
 }
 
@@ -253,8 +333,7 @@ impl Endpoint for ShmEndpoint {
             }
         };
         // In bounds of the descriptor, and the mapping covers the descriptor.
-        mapping.copy_out(offset as usize, &mut buf[..len]);
-        Ok(())
+        mapping.read(offset as usize, &mut buf[..len])
     }
 
     fn prefetch(&self, region: &RegionDescriptor, offset: u64, len: usize) {
@@ -428,6 +507,38 @@ mod tests {
         }
     }
 
+    /// Reads from PREAD_MIN bytes up go through pread, and return the same
+    /// bytes as loads from the mapping would, also after the file changed.
+    #[test]
+    fn large_reads_are_preads_of_the_same_bytes() {
+        let len = 4 * PREAD_MIN;
+        let fd = memfd("p", len as u64).unwrap();
+        let write = |byte: u8| {
+            let v: Vec<u8> = (0..len).map(|i| (i as u8) ^ byte).collect();
+            // SAFETY: pwrite of our own buffer into our own memfd.
+            let n = unsafe { libc::pwrite(fd.as_raw_fd(), v.as_ptr().cast(), len, 0) };
+            assert_eq!(n as usize, len);
+            v
+        };
+        let pattern = write(0);
+        let d = desc(2, len as u64);
+        let mut ep = ShmEndpoint::new();
+        ep.insert(&d, ShmMapping::map(&fd, len as u64).unwrap())
+            .unwrap();
+        let mut out = vec![0u8; len];
+        for (at, n) in [(0, PREAD_MIN), (3, PREAD_MIN + 5), (1, len - 1), (0, len)] {
+            ep.read(&d, at as u64, n, &mut out).unwrap();
+            assert_eq!(&out[..n], &pattern[at..at + n], "{at}+{n}");
+        }
+        let changed = write(0x5a);
+        ep.read(&d, 7, len - 7, &mut out).unwrap();
+        assert_eq!(&out[..len - 7], &changed[7..]);
+        let unmapped = ShmMapping::map_at(&fd, 0, len as u64, false).unwrap();
+        let mut small = [0u8; 8];
+        unmapped.read(100, &mut small).unwrap();
+        assert_eq!(&small, &changed[100..108]);
+    }
+
     #[test]
     fn memfd_passed_over_socket_is_readable_and_read_only() {
         let fd = memfd("t", 8192).unwrap();
@@ -479,9 +590,15 @@ mod tests {
             "past the end"
         );
         assert!(
-            ShmMapping::map_at(&fds[0], 100, 4096, false).is_err(),
-            "unaligned"
+            ShmMapping::map_at(&fds[0], 100, 4096, true).is_err(),
+            "an unaligned mapping"
         );
+        // A window that is not mapped (as device logs are) needs no alignment.
+        let window = ShmMapping::map_at(&fds[0], 4096 + 9, 64, false).unwrap();
+        let mut ep = ShmEndpoint::new();
+        ep.insert(&desc(8, 64), window).unwrap();
+        ep.read(&desc(8, 64), 0, 4, &mut out).unwrap();
+        assert_eq!(&out[..4], &[0, 0xcd, 0xcd, 0]);
         // SAFETY: unmapping the test writer's mapping.
         unsafe { libc::munmap(w as *mut libc::c_void, 8192) };
     }
