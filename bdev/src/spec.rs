@@ -114,7 +114,16 @@ fn open_uring(spec: &str, parsed: &BdevSpec) -> Result<BdevRef> {
     let o = Options {
         spec,
         parsed,
-        known: &["size", "direct", "sqpoll", "qd", "fixed", "buf", "park_us"],
+        known: &[
+            "size",
+            "direct",
+            "sqpoll",
+            "qd",
+            "fixed",
+            "buf",
+            "park_us",
+            "direct_from",
+        ],
     };
     o.check_known()?;
     let d = UringOptions::default();
@@ -128,6 +137,7 @@ fn open_uring(spec: &str, parsed: &BdevSpec) -> Result<BdevRef> {
         queue_depth: qd,
         fixed: o.flag("fixed", d.fixed)?,
         buf_size: o.size("buf")?.map_or(d.buf_size, |b| b as usize),
+        direct_from: o.size("direct_from")?.map(|b| b as usize),
         park: o
             .size("park_us")?
             .map_or(d.park, std::time::Duration::from_micros),

@@ -33,12 +33,16 @@ pub(super) struct UringChannel {
     fixed_bufs: bool,
     /// `direct=0`: small writes are done inline (`INLINE_WRITE_MAX`).
     buffered: bool,
+    /// `direct_from`: the O_DIRECT descriptor (fixed file 1 when files are
+    /// registered) and the write size from which it is used.
+    direct: Option<(RawFd, usize)>,
     pool: Option<BufPool>,
     block_size: u32,
     size_bytes: u64,
     queue_depth: usize,
-    /// Keeps the descriptor open while the ring uses it.
+    /// Keep the descriptors open while the ring uses them.
     _file: Arc<std::fs::File>,
+    _direct_file: Option<Arc<std::fs::File>>,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
@@ -46,6 +50,8 @@ pub(super) struct UringChannel {
 enum Op {
     Read,
     Write,
+    /// A write through the O_DIRECT descriptor (`direct_from`).
+    WriteDirect,
     Flush,
     Fallocate {
         len: u64,
@@ -58,7 +64,7 @@ impl Op {
     fn name(self) -> &'static str {
         match self {
             Op::Read => "read",
-            Op::Write => "write",
+            Op::Write | Op::WriteDirect => "write",
             Op::Flush => "flush",
             Op::Fallocate { name, .. } => name,
         }
@@ -94,6 +100,7 @@ impl UringChannel {
     pub(super) fn new(
         name: Arc<str>,
         file: Arc<std::fs::File>,
+        direct_file: Option<Arc<std::fs::File>>,
         block_size: u32,
         size_bytes: u64,
         opts: &UringOptions,
@@ -102,10 +109,16 @@ impl UringChannel {
         let queue_depth = opts.queue_depth as usize;
         let pool = BufPool::new(opts.buf_size, queue_depth);
         let raw_fd = file.as_raw_fd();
+        let direct = direct_file
+            .as_ref()
+            .zip(opts.direct_from)
+            .map(|(f, from)| (f.as_raw_fd(), from));
         let mut fixed_file = false;
         let mut fixed_bufs = false;
         if opts.fixed {
-            fixed_file = ring.submitter().register_files(&[raw_fd]).is_ok();
+            let mut fds = vec![raw_fd];
+            fds.extend(direct.map(|(fd, _)| fd));
+            fixed_file = ring.submitter().register_files(&fds).is_ok();
             if let Some(p) = &pool {
                 let (base, len) = p.slab();
                 let iov = libc::iovec {
@@ -131,11 +144,13 @@ impl UringChannel {
             fixed_file,
             fixed_bufs,
             buffered: !opts.direct,
+            direct,
             pool,
             block_size,
             size_bytes,
             queue_depth,
             _file: file,
+            _direct_file: direct_file,
             _not_send: std::marker::PhantomData,
         })
     }
@@ -243,13 +258,17 @@ impl UringChannel {
         offset: u64,
         payload: &mut Payload,
     ) -> squeue::Entry {
+        let (fixed_index, raw_fd) = match (op, self.direct) {
+            (Op::WriteDirect, Some((fd, _))) => (1, fd),
+            _ => (0, self.raw_fd),
+        };
         macro_rules! on_fd {
             (|$fd:ident| $body:expr) => {
                 if self.fixed_file {
-                    let $fd = types::Fixed(0);
+                    let $fd = types::Fixed(fixed_index);
                     $body
                 } else {
-                    let $fd = types::Fd(self.raw_fd);
+                    let $fd = types::Fd(raw_fd);
                     $body
                 }
             };
@@ -265,7 +284,7 @@ impl UringChannel {
                     on_fd!(|fd| opcode::Read::new(fd, ptr, len).offset(offset).build())
                 }
             }
-            (Op::Write, Payload::One(b)) => {
+            (Op::Write | Op::WriteDirect, Payload::One(b)) => {
                 let (ptr, len) = (b.as_ptr(), b.len() as u32);
                 if self.fixed_bufs && self.pool.as_ref().is_some_and(|p| p.contains(ptr)) {
                     on_fd!(|fd| opcode::WriteFixed::new(fd, ptr, len, 0)
@@ -424,7 +443,8 @@ impl UringOp<'_> {
             let e = std::io::Error::from_raw_os_error(-result);
             return Err(self.channel.io_error(op, offset, e));
         }
-        if matches!(op, Op::Read | Op::Write) && result as usize != self.expected {
+        if matches!(op, Op::Read | Op::Write | Op::WriteDirect) && result as usize != self.expected
+        {
             let e = std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 format!("short {}: {result} of {} bytes", op.name(), self.expected),
@@ -548,6 +568,14 @@ impl Channel for UringChannel {
         Box::pin(async move {
             self.check("write", offset, buf.len() as u64)?;
             self.check_bufs(&[&buf])?;
+            if let Some((_, from)) = self.direct {
+                if buf.len() >= from {
+                    // Offset, length and buffer are block aligned (checked
+                    // above): what O_DIRECT needs.
+                    let op = Op::WriteDirect;
+                    return one(self.submit(op, offset, Payload::One(buf)).await);
+                }
+            }
             if self.buffered && buf.len() <= INLINE_WRITE_MAX {
                 return self.write_inline(offset, buf);
             }
@@ -599,6 +627,88 @@ mod tests {
     use super::super::{UringBdev, UringOptions};
     use crate::Bdev;
     use futures::FutureExt;
+
+    /// Which of the first `pages` pages of `path` are in the page cache.
+    fn resident(path: &std::path::Path, pages: usize) -> Vec<bool> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open(path).unwrap();
+        let len = pages * 4096;
+        // SAFETY: a read-only shared mapping of our own file, only given to
+        // mincore and unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let mut v = vec![0u8; pages];
+        // SAFETY: `v` has one byte per page of the mapping.
+        assert_eq!(unsafe { libc::mincore(p, len, v.as_mut_ptr()) }, 0);
+        // SAFETY: unmapping what mmap returned.
+        unsafe { libc::munmap(p, len) };
+        v.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    /// With `direct_from`, big writes bypass the page cache (their pages
+    /// are not cached afterwards) and small ones do not; writes of either
+    /// kind over the other's blocks read back as the newest, through the
+    /// channel and through another descriptor.
+    #[test]
+    fn big_writes_go_direct_and_stay_coherent_with_small_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let opts = UringOptions {
+            size: Some(4 << 20),
+            direct: false,
+            direct_from: Some(64 << 10),
+            ..UringOptions::default()
+        };
+        let dev = UringBdev::open("hybrid", &path, &opts).unwrap();
+        let p = path.clone();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let ch = dev.channel().unwrap();
+                let write = |offset: u64, len: usize, byte: u8| {
+                    let mut b = ch.alloc(len).unwrap();
+                    b.as_mut_slice().fill(byte);
+                    ch.write(offset, b)
+                };
+                write(0, 8192, 1).await.unwrap(); // buffered
+                write(1 << 20, 256 << 10, 2).await.unwrap(); // direct
+                let cached = resident(&p, 512);
+                assert!(cached[0] && cached[1], "small write not in the page cache");
+                assert!(
+                    !cached[256..320].iter().any(|&c| c),
+                    "big write went through the cache"
+                );
+                write(1 << 20, 4096, 3).await.unwrap(); // buffered over direct
+                write(0, 128 << 10, 4).await.unwrap(); // direct over dirty cached pages
+                write(4096, 4096, 5).await.unwrap(); // buffered again
+                ch.flush().await.unwrap();
+                let mut want = vec![0u8; 2 << 20];
+                want[..128 << 10].fill(4);
+                want[4096..8192].fill(5);
+                want[1 << 20..(1 << 20) + (256 << 10)].fill(2);
+                want[1 << 20..(1 << 20) + 4096].fill(3);
+                let back = ch.read(0, ch.alloc(2 << 20).unwrap()).await.unwrap();
+                assert!(back.as_slice() == &want[..], "channel read differs");
+                let file = std::fs::read(&p).unwrap();
+                assert!(file[..2 << 20] == want[..], "file read differs");
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        let bad = UringOptions {
+            direct_from: Some(1000),
+            ..opts
+        };
+        assert!(UringBdev::open("bad", &path, &bad).is_err());
+    }
 
     /// With `direct=0` a small write is done when first polled (copied
     /// into the page cache on the caller's thread, no trip through io-wq);

@@ -8,11 +8,16 @@
 //! plain buffers and descriptors. With `sqpoll=1` a kernel thread polls the
 //! submission queue.
 //!
-//! Spec: `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1&buf=64K&park_us=50]`.
+//! Spec: `uring:/path[?size=64G&direct=1&sqpoll=0&qd=128&fixed=1&buf=64K&park_us=50&direct_from=]`.
 //! `size=` creates the file or extends it; `direct=0` goes through the page
 //! cache (needed on tmpfs, which refuses O_DIRECT); its writes of up to
 //! 64 KiB are copied in by a `pwrite` on the calling xstream rather than
 //! through the ring, which would hand each to an io-wq thread.
+//! `direct_from=256K` (with `direct=0`): writes of at least that many bytes
+//! go through a second, O_DIRECT descriptor of the same file, so bulk data
+//! is not copied into the page cache while small writes still are. The
+//! kernel keeps the two coherent (a direct write first writes back and then
+//! drops the cached pages of its range), and reads stay buffered.
 //!
 //! ```
 //! use ferrite_bdev::uring::{UringBdev, UringOptions};
@@ -66,6 +71,9 @@ pub struct UringOptions {
     pub fixed: bool,
     /// Bytes per pool buffer; larger `alloc`s come from the heap.
     pub buf_size: usize,
+    /// With `direct: false`, writes of at least this many bytes bypass the
+    /// page cache through an O_DIRECT descriptor (module docs).
+    pub direct_from: Option<usize>,
     /// Zero: the poller only spins. Otherwise the longest one wait in the
     /// kernel for a completion (the xstream's other tasks run between
     /// waits); on an xstream, after a few waits that found nothing, the
@@ -83,6 +91,7 @@ impl Default for UringOptions {
             queue_depth: 128,
             fixed: true,
             buf_size: 64 << 10,
+            direct_from: None,
             park: std::time::Duration::from_micros(50),
         }
     }
@@ -92,6 +101,8 @@ impl Default for UringOptions {
 pub struct UringBdev {
     name: Arc<str>,
     file: Arc<std::fs::File>,
+    /// `direct_from`: the same file opened with O_DIRECT.
+    direct_file: Option<Arc<std::fs::File>>,
     block_size: u32,
     size_bytes: u64,
     block_device: bool,
@@ -156,21 +167,38 @@ impl UringBdev {
             (file, URING_FILE_BLOCK_SIZE, size)
         };
         drop(file);
-        let mut oo = std::fs::OpenOptions::new();
-        oo.read(true).write(true);
-        if opts.direct {
-            oo.custom_flags(libc::O_DIRECT);
-        }
-        let file = oo.open(path).map_err(|e| match e.raw_os_error() {
-            Some(libc::EINVAL) if opts.direct => bad(format!(
-                "{}: the file system refuses O_DIRECT (tmpfs?); use direct=0 or another file system",
-                path.display()
-            )),
-            _ => io_err(name, "open", e),
-        })?;
+        let open = |direct: bool| {
+            let mut oo = std::fs::OpenOptions::new();
+            oo.read(true).write(true);
+            if direct {
+                oo.custom_flags(libc::O_DIRECT);
+            }
+            oo.open(path).map_err(|e| match e.raw_os_error() {
+                Some(libc::EINVAL) if direct => bad(format!(
+                    "{}: the file system refuses O_DIRECT (tmpfs?); use direct=0 without \
+                     direct_from, or another file system",
+                    path.display()
+                )),
+                _ => io_err(name, "open", e),
+            })
+        };
+        let file = open(opts.direct)?;
+        let direct_file = match opts.direct_from {
+            Some(from) if !opts.direct => {
+                if from == 0 || from % block_size as usize != 0 {
+                    return Err(bad(format!(
+                        "direct_from={from} is not a positive multiple of the block size \
+                         ({block_size})"
+                    )));
+                }
+                Some(Arc::new(open(true)?))
+            }
+            _ => None,
+        };
         Ok(Self {
             name: name.into(),
             file: Arc::new(file),
+            direct_file,
             block_size,
             size_bytes,
             block_device: is_block,
@@ -208,6 +236,7 @@ impl Bdev for UringBdev {
         Ok(Box::new(channel::UringChannel::new(
             Arc::clone(&self.name),
             Arc::clone(&self.file),
+            self.direct_file.clone(),
             self.block_size,
             self.size_bytes,
             &self.opts,

@@ -184,7 +184,8 @@ mod tests {
             )
         };
         let opts = UringOptions::default();
-        let ch = UringChannel::new("pipe".into(), Arc::new(rx), 4096, 1 << 20, &opts).unwrap();
+        let ch =
+            UringChannel::new("pipe".into(), Arc::new(rx), None, 4096, 1 << 20, &opts).unwrap();
         (ch, tx)
     }
 
@@ -277,7 +278,8 @@ mod tests {
                 ..UringOptions::default()
             };
             let ch =
-                UringChannel::new("flushes".into(), Arc::new(file), 4096, 1 << 20, &opts).unwrap();
+                UringChannel::new("flushes".into(), Arc::new(file), None, 4096, 1 << 20, &opts)
+                    .unwrap();
             for _ in 0..20 {
                 ch.flush().await.unwrap();
             }

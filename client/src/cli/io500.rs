@@ -52,9 +52,9 @@ pub struct Args {
     #[arg(long)]
     pub embedded_xstreams: Option<usize>,
     /// When the embedded engine acknowledges updates: `process` (once written to its
-    /// bdev files through the page cache, flushed by fsync — what the posix backend gets
-    /// from a local file system) or `device` (O_DIRECT, after a device flush per group
-    /// commit).
+    /// bdev files, small commits through the page cache and bulk ones with O_DIRECT,
+    /// flushed by fsync — what the posix backend gets from a local file system) or
+    /// `device` (O_DIRECT, after a device flush per group commit).
     #[arg(long, value_enum, default_value_t = EmbeddedDurability::Process)]
     pub embedded_durability: EmbeddedDurability,
     /// Client tasks (threads) per phase. Default: the number of CPUs.
@@ -99,15 +99,35 @@ fn parse_run_id(text: &str) -> Result<u64, String> {
         .map_err(|e| format!("run id {text:?} is not hex: {e}"))
 }
 
-/// Ring bytes of each embedded target: an eighth of its bdev (a power of two, 1 MiB to
-/// 1 GiB; the 8 GiB default gets 1 GiB, so two targets hold 2 GiB of the log in memory).
-/// The ring holds what clients read one-sided: the engine's keeper keeps small records (a
-/// run's entries and mdtest-hard files) in it while the ior data passes through.
+/// Ring bytes of each embedded target: the memory that holds its newest records, which
+/// clients read one-sided. At `process` durability bulk writes bypass the page cache
+/// (`direct_from`), so the ring is also where a run's data is read back from: it gets as
+/// much as the log allows (half of it: three eighths of the bdev) and a quarter of the
+/// machine's memory shared by the targets allows, rounded down to 64 MiB (to a power of
+/// two below that). The 8 GiB default on a 24 GiB machine with 2 targets gets 2.94 GiB.
 #[cfg(feature = "embedded")]
-fn embedded_ring_bytes(bdev_bytes: u64) -> u64 {
-    let eighth = (bdev_bytes / 8).max(1 << 20);
-    let pow2 = 1u64 << (63 - eighth.leading_zeros());
-    pow2.min(1 << 30)
+fn embedded_ring_bytes(bdev_bytes: u64, targets: u64, memory: u64) -> u64 {
+    const STEP: u64 = 64 << 20;
+    // The log is the bdev less a quarter (checkpoints) and a block (superblock).
+    let half_log = (bdev_bytes / 8 * 3).saturating_sub(4096);
+    let want = half_log.min(memory / 4 / targets.max(1));
+    match want >= STEP {
+        true => want / STEP * STEP,
+        false => 1u64 << (63 - want.max(1 << 20).leading_zeros()),
+    }
+}
+
+/// Bytes of memory of this machine (0 when unknown).
+#[cfg(feature = "embedded")]
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages.max(0) as u64).saturating_mul(page.max(0) as u64)
 }
 
 /// `--embedded-durability` values (the engine's `durability` setting).
@@ -176,16 +196,24 @@ fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
         EmbeddedDurability::Device => ferrite_engine::store::Durability::Device,
     };
     let client = ferrite_client::embedded::connect_with(options, |config| {
-        // `process` is a local file system's guarantee (page cache, fsync on sync), so its
-        // bdev files are buffered like the posix backend's files; `device` writes through.
-        let direct = u8::from(durability == ferrite_engine::store::Durability::Device);
-        config.bdev = format!("uring:{{dir}}/target-{{i}}.bdev?size={size}&direct={direct}");
+        // `process` is a local file system's guarantee (written to the device, fsync on
+        // sync): small commits go through the page cache, bulk ones (from 128 KiB: ior
+        // data, batches of mdtest-hard files) straight to the device from the ring, which
+        // keeps them for reads. `device` writes everything through and flushes.
+        config.bdev = match durability {
+            ferrite_engine::store::Durability::Device => {
+                format!("uring:{{dir}}/target-{{i}}.bdev?size={size}&direct=1")
+            }
+            _ => format!("uring:{{dir}}/target-{{i}}.bdev?size={size}&direct=0&direct_from=128K"),
+        };
         config.xstreams = xstreams;
         config.durability = durability;
         // Room for a run's entries in the index (mdtest makes hundreds of thousands) and a
-        // ring big enough that recent entries are still read one-sided; the device log must
-        // hold several rings, so small bdevs get a smaller ring.
-        config.cache.ring_bytes = ferrite_engine::config::Size(embedded_ring_bytes(size));
+        // ring that holds what the run reads back (`embedded_ring_bytes`).
+        let targets =
+            xstreams.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let ring = embedded_ring_bytes(size, targets as u64, physical_memory());
+        config.cache.ring_bytes = ferrite_engine::config::Size(ring);
         config.cache.buckets = 1 << 20;
         config.cache.overflow_buckets = 1 << 18;
     })
@@ -254,10 +282,16 @@ fn key_room(counter: impl Fn(&str) -> Option<u64>) -> Option<u64> {
 /// engine's index (a stonewalled write phase then ends at its cap, as IO500
 /// runs with caps do), and says so.
 fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result<()> {
+    // An embedded engine keeps bulk data out of the page cache: what a run reads back
+    // must fit in its rings.
+    let embedded = args.engine.is_none();
     let stat = client.stat().context("engine stat (free log space)")?;
     let room_of = |t: &ferrite_proto::rpc::TargetStat| {
         let get = |name: &str| t.counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
-        let free = get("log_capacity_bytes")?.saturating_sub(get("log_used_bytes")?);
+        let mut free = get("log_capacity_bytes")?.saturating_sub(get("log_used_bytes")?);
+        if embedded {
+            free = free.min(get("ring_bytes")?);
+        }
         Some((free, key_room(get)?))
     };
     let rooms: Option<Vec<(u64, u64)>> = stat.target_counters.iter().map(room_of).collect();
@@ -283,7 +317,7 @@ fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result
         config.mdtest_hard_max_files = config.mdtest_hard_max_files.min(files);
     }
     eprintln!(
-        "io500: {} targets with {:.1} GiB of log and room for {} new keys each: per task at \
+        "io500: {} targets with {:.1} GiB for data (free log, within the ring when embedded) and room for {} new keys each: per task at \
          most {} ior-easy transfers, {} ior-hard segments, {} mdtest-easy files, {} \
          mdtest-hard files (--ior-easy-max-bytes, --ior-hard-max-segments, \
          --mdtest-easy-max-files, --mdtest-hard-max-files change them)",
@@ -485,12 +519,18 @@ mod tests {
 
     #[cfg(feature = "embedded")]
     #[test]
-    fn embedded_ring_fits_the_bdev() {
-        assert_eq!(super::embedded_ring_bytes(8 << 30), 1 << 30);
-        assert_eq!(super::embedded_ring_bytes(64 << 30), 1 << 30);
-        assert_eq!(super::embedded_ring_bytes(256 << 20), 32 << 20);
-        assert_eq!(super::embedded_ring_bytes(300 << 20), 32 << 20);
-        assert_eq!(super::embedded_ring_bytes(1 << 20), 1 << 20);
+    fn embedded_ring_fits_the_bdev_and_the_memory() {
+        let ring = super::embedded_ring_bytes;
+        let gib = 1u64 << 30;
+        // Three eighths of the bdev (half its log), or a quarter of memory per target.
+        assert_eq!(ring(8 * gib, 2, 24 * gib), 3 * gib - (64 << 20));
+        assert_eq!(ring(8 * gib, 2, 64 * gib), 3 * gib - (64 << 20));
+        assert_eq!(ring(64 * gib, 2, 24 * gib), 3 * gib);
+        assert_eq!(ring(64 * gib, 8, 16 * gib), 512 << 20);
+        assert_eq!(ring(256 << 20, 1, 24 * gib), 64 << 20);
+        assert_eq!(ring(100 << 20, 1, 24 * gib), 32 << 20);
+        assert_eq!(ring(1 << 20, 1, 24 * gib), 1 << 20);
+        assert_eq!(ring(8 * gib, 2, 0), 1 << 20);
     }
 
     /// The default backend end to end on an embedded engine: every phase verifies.

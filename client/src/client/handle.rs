@@ -665,12 +665,27 @@ fn build_reader(
     let endpoint: Box<dyn Endpoint> = if !fds.is_empty() {
         cache_buckets = 0;
         let mut ep = ShmEndpoint::new();
-        for (r, fd) in regions.iter().zip(&fds) {
-            let mapping = match r.kind {
-                RegionKind::DeviceLog => ShmMapping::map_at(fd, r.remote_addr, r.length, false)?,
-                _ => ShmMapping::map(fd, r.length)?,
-            };
-            ep.insert(r, mapping)?;
+        // Each region mapped (page tables populated) on its own thread: the first client
+        // of an engine populates gigabytes of ring.
+        let mappings: Vec<Result<ShmMapping>> = std::thread::scope(|scope| {
+            let jobs: Vec<_> = regions
+                .iter()
+                .zip(&fds)
+                .map(|(r, fd)| {
+                    scope.spawn(move || match r.kind {
+                        RegionKind::DeviceLog => {
+                            ShmMapping::map_at(fd, r.remote_addr, r.length, false)
+                        }
+                        _ => ShmMapping::map(fd, r.length),
+                    })
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|j| j.join().expect("region mapping thread panicked"))
+                .collect()
+        });
+        for (r, mapping) in regions.iter().zip(mappings) {
+            ep.insert(r, mapping?)?;
         }
         Box::new(ep)
     } else if regions.iter().all(|r| r.provider == Provider::Tcp) {
