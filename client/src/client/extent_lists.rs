@@ -124,6 +124,11 @@ impl ExtentLists {
         }
     }
 
+    /// Whether a list of `key` is kept.
+    pub fn has(&self, key: &Key) -> bool {
+        self.kept().lists.contains_key(key)
+    }
+
     /// Lists kept now.
     pub fn len(&self) -> usize {
         self.kept().lists.len()
@@ -147,6 +152,41 @@ impl Client {
         }
     }
 
+    /// The extent list of `key` (as [`extent_list`](Self::extent_list)),
+    /// with those of `more` asked in the same batch and kept (those this
+    /// client does not keep yet; absent arrays are skipped).
+    fn extent_lists_with(&self, key: &Key, more: Vec<Key>) -> Result<Option<ExtentList>> {
+        let more: Vec<Key> = more
+            .into_iter()
+            .filter(|k| k != key && !self.extent_lists.has(k))
+            .collect();
+        if more.is_empty() {
+            return self.extent_list(key);
+        }
+        // Pipelined on the connection (ExtentList is not a batch item).
+        let requests: Vec<Request> = std::iter::once(key)
+            .chain(&more)
+            .map(|k| Request::ExtentList { key: k.clone() })
+            .collect();
+        self.counters
+            .add(Counter::ExtentList, requests.len() as u64);
+        let futures: Vec<_> = requests.iter().map(|r| self.request_async(r)).collect();
+        let mut replies =
+            futures::executor::block_on(futures::future::join_all(futures)).into_iter();
+        let first = match replies.next() {
+            Some(Ok(Reply::Extents(list))) => list,
+            Some(Ok(other)) => return Err(reply::unexpected("extent list", other)),
+            Some(Err(e)) => return Err(e),
+            None => unreachable!("one future per request, the first is the key's"),
+        };
+        for (k, r) in more.iter().zip(replies) {
+            if let Ok(Reply::Extents(Some(list))) = r {
+                self.extent_lists.put(k, Arc::new(list));
+            }
+        }
+        Ok(first)
+    }
+
     /// Reads `buf.len()` bytes at `offset` of the array under `key`
     /// one-sided when it can: `Some(true)` the bytes are in `buf`,
     /// `Some(false)` the array does not exist (`buf` untouched), `None` when
@@ -157,6 +197,22 @@ impl Client {
         key: &Key,
         offset: u64,
         buf: &mut [u8],
+    ) -> Result<Option<bool>> {
+        self.read_extent_fast_into_then(key, offset, buf, &Vec::new)
+    }
+
+    /// [`read_extent_fast_into`](Self::read_extent_fast_into), and when the
+    /// read needs an extent list this client does not keep, the lists of
+    /// the arrays `next()` names (those likely read next: a file's
+    /// following chunks) are asked for in the same round trip and kept.
+    /// ior-hard's tasks all stall on each new chunk's list; this makes one
+    /// stall serve several chunks.
+    pub fn read_extent_fast_into_then(
+        &self,
+        key: &Key,
+        offset: u64,
+        buf: &mut [u8],
+        next: &dyn Fn() -> Vec<Key>,
     ) -> Result<Option<bool>> {
         let Some(reader) = self.reader().filter(|r| r.reads_are_loads()) else {
             return self.read_extent_one_sided_into(key, offset, buf);
@@ -176,7 +232,9 @@ impl Client {
                 }
             }
         }
-        Ok(self.read_listed(reader, key, offset, buf)?.then_some(true))
+        Ok(self
+            .read_listed(reader, key, offset, buf, next)?
+            .then_some(true))
     }
 
     /// Reads through the extent list (kept, or asked for); `false` when the
@@ -187,12 +245,14 @@ impl Client {
         key: &Key,
         offset: u64,
         buf: &mut [u8],
+        next: &dyn Fn() -> Vec<Key>,
     ) -> Result<bool> {
         let record_key = key.as_record_key();
-        for _ in 0..2 {
-            let kept = self
-                .extent_lists
-                .get_or_ask(key, || self.extent_list(key))?;
+        for round in 0..2 {
+            let kept = self.extent_lists.get_or_ask(key, || match round {
+                0 => self.extent_lists_with(key, next()),
+                _ => self.extent_list(key),
+            })?;
             let Some(list) = kept else {
                 return Ok(false);
             };

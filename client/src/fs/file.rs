@@ -8,6 +8,10 @@ use crate::client::bulk::BulkLease;
 use crate::client::{Error as ClientError, Key, PunchScope, Reply, Request};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// Chunks after the one read whose extent lists come with its list, when a
+/// read has to ask for one (`Client::read_extent_fast_into_then`).
+const LIST_AHEAD: u64 = 7;
+
 /// The akey of a chunk's array.
 pub const CHUNK_AKEY: &[u8] = b"d";
 
@@ -256,12 +260,19 @@ impl Namespace {
         // read one-sided, and so are those whose extent list says where
         // their pieces are; the engine assembles the others, in parallel.
         let mut parts = Vec::new();
+        let chunks = size.div_ceil(chunk);
         for (index, within, pos, n) in pieces(chunk, offset, len) {
             let key = self.chunk_key(fh.entry.object, index);
             let out = &mut buf[pos..pos + n];
+            // A list asked for brings those of the file's next chunks along.
+            let next = || {
+                (index + 1..chunks.min(index + 1 + LIST_AHEAD))
+                    .map(|i| self.chunk_key(fh.entry.object, i))
+                    .collect()
+            };
             match self
                 .client
-                .read_extent_fast_into(&key, within, out)
+                .read_extent_fast_into_then(&key, within, out, &next)
                 .map_err(client_err(fh.name.clone()))?
             {
                 Some(true) => {}
