@@ -351,6 +351,20 @@ impl Store {
         }
     }
 
+    /// A block-aligned buffer of `len` bytes for a group commit: the kept
+    /// heap buffer when it is big enough, else a new one (a pool slot when
+    /// one fits).
+    fn commit_buffer(&self, len: usize) -> Result<IoBuf> {
+        let mut kept = self.commit_buf.borrow_mut();
+        if let Some(mut b) = kept.take_if(|b| b.capacity() >= len) {
+            b.set_len(len);
+            return Ok(b);
+        }
+        self.chan
+            .alloc(len)
+            .map_err(|e| self.device_error("alloc", e))
+    }
+
     /// One group commit: writes everything appended since the last commit
     /// (up to `max_commit_bytes`), flushes, then publishes in log order.
     async fn commit_once(&self) -> Result<()> {
@@ -364,14 +378,14 @@ impl Store {
             let lap_end = (start / self.geo.log_bytes + 1) * self.geo.log_bytes;
             let end = log.head.min(start + self.geo.max_commit_bytes).min(lap_end);
             let len = (end - start).div_ceil(bs) * bs;
-            let mut buf = self
-                .chan
-                .alloc(len as usize)
-                .map_err(|e| self.device_error("alloc", e))?;
+            let mut buf = self.commit_buffer(len as usize)?;
             let out = buf.as_mut_slice();
             let pre = (log.durable - start) as usize;
             out[..pre].copy_from_slice(&log.tail_block[..pre]);
-            self.copy_from_ring(log.durable, end, &mut out[pre..(end - start) as usize]);
+            let used = (end - start) as usize;
+            self.copy_from_ring(log.durable, end, &mut out[pre..used]);
+            // A reused buffer holds an earlier commit's bytes past `end`.
+            out[used..].fill(0);
             (start, end, buf)
         };
         let offset = self.geo.log_device_offset(start);
@@ -395,6 +409,9 @@ impl Store {
             let keep = (end - end / bs * bs) as usize;
             let from = (end - start) as usize - keep;
             log.tail_block = buf.as_slice()[from..from + keep].to_vec();
+        }
+        if !buf.is_pooled() {
+            *self.commit_buf.borrow_mut() = Some(buf);
         }
         self.counters.borrow_mut().commits += 1;
         self.publish_upto(end)

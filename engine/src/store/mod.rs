@@ -82,7 +82,7 @@ pub use sync::Durability;
 use crate::region::Region;
 use buckets::BucketTable;
 use dir::Directory;
-use ferrite_bdev::{BdevRef, Channel};
+use ferrite_bdev::{BdevRef, Channel, IoBuf};
 use ferrite_proto::region::{Provider, RegionDescriptor, RegionKind};
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
@@ -315,6 +315,10 @@ pub struct Store {
     dir: RefCell<Directory>,
     log: RefCell<log::LogState>,
     committing: Cell<bool>,
+    /// The buffer of the last group commit that came from the heap (bigger
+    /// than a pool slot), reused by the next: commits are one at a time, and
+    /// a fresh multi-megabyte buffer per commit costs page faults.
+    commit_buf: RefCell<Option<IoBuf>>,
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
     poison: RefCell<Option<String>>,
     next_version: Cell<u64>,

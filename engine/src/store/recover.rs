@@ -89,6 +89,7 @@ impl Store {
             dir: RefCell::default(),
             log: RefCell::new(LogState::default()),
             committing: Cell::new(false),
+            commit_buf: RefCell::new(None),
             waiters: RefCell::default(),
             poison: RefCell::new(None),
             next_version: Cell::new(1),
