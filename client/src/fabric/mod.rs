@@ -64,7 +64,7 @@ pub trait Endpoint: Send + Sync {
     /// else an error and `buf` untouched. The bytes may be concurrently
     /// written by the engine; the copy is done with atomic loads (8 bytes at
     /// a time when `offset` and `len` are multiples of 8) or by the kernel
-    /// (shm's large reads are `pread`s), so it is never undefined
+    /// (shm's reads of device log windows are `pread`s), so it is never undefined
     /// behaviour, only possibly torn.
     fn read(
         &self,
