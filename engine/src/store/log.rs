@@ -339,7 +339,7 @@ impl Store {
     }
 
     /// Copies `[from, to)` out of the ring into `out` (may cross ring ends).
-    fn copy_from_ring(&self, from: u64, to: u64, out: &mut [u8]) {
+    pub(crate) fn copy_from_ring(&self, from: u64, to: u64, out: &mut [u8]) {
         let ring = self.geo.ring_bytes;
         let mut a = from;
         let mut o = 0usize;

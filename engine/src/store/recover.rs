@@ -304,7 +304,19 @@ impl LogReader {
             return Ok(None);
         }
         let have = addr >= self.start && addr + len as u64 <= self.start + self.bytes.len() as u64;
-        if !have {
+        let head = store.log.borrow().head;
+        if !have && addr + len as u64 <= head && store.resident(addr) {
+            // Still in the memory ring (the cleaner's common case once the
+            // ring holds gigabytes, and bulk commits bypass the page cache):
+            // copied out now, with no await between the check and the copy.
+            let n = (len as u64)
+                .max(REPLAY_CHUNK_BYTES)
+                .min(head - addr)
+                .min(lap_end - addr);
+            self.bytes.resize(n as usize, 0);
+            store.copy_from_ring(addr, addr + n, &mut self.bytes);
+            self.start = addr;
+        } else if !have {
             let bs = u64::from(store.geo.block_size);
             let start = addr / bs * bs;
             let want = (addr + len as u64 - start).max(REPLAY_CHUNK_BYTES);
