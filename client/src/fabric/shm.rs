@@ -41,23 +41,24 @@ pub const REGION_ID_MAX: u32 = 1 << 16;
 /// Most descriptors passed in one `recvmsg`.
 pub const FDS_PER_MESSAGE_MAX: usize = 256;
 
-/// A read-only view of a region file: its descriptor (for `pread`) and, for
-/// memory regions, a shared mapping with populated page tables (for loads).
+/// A read-only view of `len` bytes of a region file.
 pub struct ShmMapping {
-    /// Null for a file window read only by `pread`.
-    ptr: *const u8,
+    view: View,
     len: usize,
-    fd: OwnedFd,
-    /// Where the view starts in the file.
-    file_offset: u64,
+}
+
+enum View {
+    /// Memory regions: a shared mapping with populated page tables (loads).
+    Mapped(*const u8),
+    /// A device file window, read by `pread` of the file from `file_offset`.
+    Window { fd: OwnedFd, file_offset: u64 },
 }
 
 impl std::fmt::Debug for ShmMapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShmMapping")
             .field("len", &self.len)
-            .field("file_offset", &self.file_offset)
-            .field("mapped", &!self.ptr.is_null())
+            .field("mapped", &matches!(self.view, View::Mapped(_)))
             .finish()
     }
 }
@@ -84,15 +85,11 @@ impl ShmMapping {
     /// file must reach `offset + len` (checked with fstat), so no read in the
     /// mapping can fault past its end as long as the file does not shrink.
     pub fn map_at(fd: impl AsFd, offset: u64, len: u64, populate: bool) -> Result<Self> {
-        let owned = fd
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| Error::io("dup of shm region descriptor", e))?;
-        let fd = owned.as_raw_fd();
+        let fd = fd.as_fd();
         // SAFETY: fstat writes into the zeroed struct we own.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fd is a valid descriptor borrowed for this call.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
             return Err(Error::io(
                 "fstat of shm region",
                 std::io::Error::last_os_error(),
@@ -115,11 +112,15 @@ impl ShmMapping {
         let len = usize::try_from(len).map_err(|_| too_big())?;
         let file_offset = libc::off_t::try_from(offset).map_err(|_| too_big())?;
         if !populate {
+            let fd = fd
+                .try_clone_to_owned()
+                .map_err(|e| Error::io("dup of shm region descriptor", e))?;
             return Ok(Self {
-                ptr: std::ptr::null(),
+                view: View::Window {
+                    fd,
+                    file_offset: offset,
+                },
                 len,
-                fd: owned,
-                file_offset: offset,
             });
         }
         // SAFETY: mapping a valid fd read-only; the kernel chooses the address
@@ -130,7 +131,7 @@ impl ShmMapping {
                 len,
                 libc::PROT_READ,
                 libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd,
+                fd.as_raw_fd(),
                 file_offset,
             )
         };
@@ -141,10 +142,8 @@ impl ShmMapping {
             ));
         }
         Ok(Self {
-            ptr: ptr as *const u8,
+            view: View::Mapped(ptr as *const u8),
             len,
-            fd: owned,
-            file_offset: offset,
         })
     }
 
@@ -159,9 +158,9 @@ impl ShmMapping {
     /// Prefetches the cache lines of `len` bytes at `offset` (clamped to
     /// the mapping).
     fn prefetch(&self, offset: usize, len: usize) {
-        if self.ptr.is_null() {
+        let View::Mapped(ptr) = self.view else {
             return;
-        }
+        };
         let end = offset.saturating_add(len).min(self.len);
         let mut at = offset & !63;
         while at < end {
@@ -170,7 +169,7 @@ impl ShmMapping {
             #[cfg(target_arch = "x86_64")]
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(self.ptr.add(at) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(ptr.add(at) as *const i8);
             }
             at += 64;
         }
@@ -182,9 +181,12 @@ impl ShmMapping {
     /// a record's key, is still copied a word at a time). Bounds are checked
     /// by the caller.
     fn copy_out(&self, offset: usize, dst: &mut [u8]) {
-        debug_assert!(offset + dst.len() <= self.len && !self.ptr.is_null());
+        let View::Mapped(ptr) = self.view else {
+            unreachable!("copy_out of an unmapped window");
+        };
+        debug_assert!(offset + dst.len() <= self.len);
         // SAFETY: offset + len is within the mapping (checked by callers).
-        let src = unsafe { self.ptr.add(offset) };
+        let src = unsafe { ptr.add(offset) };
         let lead = ((8 - src as usize % 8) % 8).min(dst.len());
         let (head, rest) = dst.split_at_mut(lead);
         let words = rest.len() / 8 * 8;
@@ -214,55 +216,57 @@ impl ShmMapping {
     /// Copies `dst.len()` bytes at `offset` of the view (in bounds, checked
     /// by the caller): loads from the mapping, `pread` for a window.
     fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        if !self.ptr.is_null() {
-            self.copy_out(offset, dst);
-            return Ok(());
+        match &self.view {
+            View::Mapped(_) => {
+                self.copy_out(offset, dst);
+                Ok(())
+            }
+            View::Window { fd, file_offset } => pread(fd, file_offset + offset as u64, dst),
         }
-        self.pread(offset as u64, dst)
     }
+}
 
-    /// `pread`s of the file until `dst` is full. The engine may write the
-    /// bytes meanwhile: the copy may be torn (the reader's checks catch
-    /// that), never undefined behaviour.
-    fn pread(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let mut done = 0;
-        while done < dst.len() {
-            let at = self.file_offset + offset + done as u64;
-            let rest = &mut dst[done..];
-            // SAFETY: pread into the unfilled part of `dst`, which we own.
-            let n = unsafe {
-                libc::pread(
-                    self.fd.as_raw_fd(),
-                    rest.as_mut_ptr().cast(),
-                    rest.len(),
-                    at as libc::off_t,
-                )
-            };
-            match n {
-                n if n > 0 => done += n as usize,
-                0 => {
-                    return Err(Error::Region {
-                        region_id: 0,
-                        reason: format!("shm file ends before byte {at}"),
-                    })
-                }
-                _ => {
-                    let e = std::io::Error::last_os_error();
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        return Err(Error::io("pread of shm region", e));
-                    }
+/// `pread`s of `fd` from `offset` until `dst` is full. The engine may write
+/// the bytes meanwhile: the copy may be torn (the reader's checks catch
+/// that), never undefined behaviour.
+fn pread(fd: &OwnedFd, offset: u64, dst: &mut [u8]) -> Result<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        let at = offset + done as u64;
+        let rest = &mut dst[done..];
+        // SAFETY: pread into the unfilled part of `dst`, which we own.
+        let n = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                rest.as_mut_ptr().cast(),
+                rest.len(),
+                at as libc::off_t,
+            )
+        };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => {
+                return Err(Error::Region {
+                    region_id: 0,
+                    reason: format!("shm file ends before byte {at}"),
+                })
+            }
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(Error::io("pread of shm region", e));
                 }
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 impl Drop for ShmMapping {
     fn drop(&mut self) {
-        if !self.ptr.is_null() {
+        if let View::Mapped(ptr) = self.view {
             // SAFETY: ptr/len are exactly what mmap returned.
-            unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+            unsafe { libc::munmap(ptr as *mut libc::c_void, self.len) };
         }
     }
 }
