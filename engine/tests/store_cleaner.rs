@@ -268,3 +268,90 @@ fn a_small_store_is_cleaned_before_it_doubles() {
         .join()
         .unwrap();
 }
+
+/// Polls `done` every 10 ms for at most 5 s.
+async fn eventually(done: impl Fn() -> bool) -> bool {
+    for _ in 0..500 {
+        if done() {
+            return true;
+        }
+        glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    done()
+}
+
+/// Deletes that take the log just past what a cleaning run cleans down to
+/// (1.25x the live data plus slack) do not start the background cleaner: it
+/// would copy everything older forward to free a little. Past 1.5x a run
+/// starts, and goes on until the log is back within 1.25x.
+#[test]
+fn the_cleaner_starts_at_one_and_a_half_times_the_live_data() {
+    on_fresh_store(|s| async move {
+        const N: u32 = 2000;
+        for k in 0..N {
+            put(&s, k, &value(k, 0)).await;
+        }
+        let cleaner = s.spawn_cleaner();
+        let punch = |k: u32| {
+            let s = s.clone();
+            async move {
+                let kb = key_of(k);
+                s.punch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
+            }
+        };
+        // 40% deleted: over 1.25x the live data plus slack, under 1.5x.
+        for k in 0..N * 2 / 5 {
+            punch(k).await;
+        }
+        let st = s.stats();
+        println!("live {} used {}", st.live_bytes, st.log_used_bytes);
+        assert!(s.cleaning_wanted() && !s.cleaning_due(), "{st:?}");
+        // Several of the idle cleaner's looks at the log.
+        glommio::timer::sleep(std::time::Duration::from_millis(350)).await;
+        assert_eq!(s.stats().cleaner_passes, 0, "a run started below 1.5x");
+        // 70% deleted: due (a run may start during the deletes); the run
+        // ends within 1.25x.
+        for k in N * 2 / 5..N * 7 / 10 {
+            punch(k).await;
+        }
+        assert!(eventually(|| !s.cleaning_wanted()).await, "{:?}", s.stats());
+        let st = s.stats();
+        println!(
+            "live {} used {} passes {}",
+            st.live_bytes, st.log_used_bytes, st.cleaner_passes
+        );
+        assert!(st.cleaner_passes > 0);
+        s.stop_cleaner();
+        cleaner.await;
+        for k in 0..N {
+            let want = (k >= N * 7 / 10).then(|| value(k, 0));
+            assert_eq!(get(&s, k).await, want, "key {k}");
+        }
+    });
+}
+
+/// Every pass ends with a checkpoint of the whole index; with many small
+/// keys a pass scans several times the last checkpoint's bytes, not one
+/// segment per checkpoint.
+#[test]
+fn a_cleaning_pass_scans_several_checkpoints_worth() {
+    on_fresh_store(|s| async move {
+        const N: u32 = 8000;
+        for k in 0..N {
+            put(&s, k, &[k as u8; 100]).await;
+        }
+        // A little garbage: cleaning is wanted, by less than a segment.
+        while !s.cleaning_wanted() {
+            put(&s, 0, &value(0, 1)).await;
+        }
+        let first = s.checkpoint().await.unwrap();
+        let report = s.clean().await.unwrap();
+        let seg = cfg().segment_bytes;
+        println!("checkpoint {} bytes; {report:?}", first.bytes);
+        assert!(first.bytes * 8 > 4 * seg, "index too small for the test");
+        assert!(report.scanned_bytes >= 4 * seg, "{report:?}");
+        for k in 1..N {
+            assert_eq!(get(&s, k).await, Some(vec![k as u8; 100]), "key {k}");
+        }
+    });
+}

@@ -152,6 +152,7 @@ impl Store {
         // The flush also made every log write completed before it stable.
         self.note_flushed(written);
         self.checkpoint_generation.set(header.generation);
+        self.checkpoint_bytes.set(len);
         {
             let mut log = self.log.borrow_mut();
             log.tail = log.tail.max(header.log_tail);

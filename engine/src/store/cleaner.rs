@@ -30,6 +30,9 @@ const RELOCATE_ROUNDS: u32 = 64;
 const CLEANER_RECHECK: Duration = Duration::from_millis(100);
 /// Pause after a failed cleaning pass.
 const CLEANER_BACKOFF: Duration = Duration::from_millis(40);
+/// A cleaning pass scans at least this many times the bytes of the last
+/// checkpoint (at most a quarter of the log).
+const CHECKPOINT_AMORTIZE: u64 = 8;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
 
@@ -60,13 +63,32 @@ impl Store {
     /// data, so that a store of a few segments also stays within 2×), or
     /// over three quarters of the device log? (The slack keeps a store with
     /// little live data from cleaning, and checkpointing, all the time.)
+    /// A cleaning run, once [due](Self::cleaning_due), goes on while this
+    /// holds.
     pub fn cleaning_wanted(&self) -> bool {
+        self.log_over(4)
+    }
+
+    /// Should the background cleaner start a cleaning run: is the log over
+    /// 1.5× the live data plus the slack of [`Store::cleaning_wanted`], or
+    /// over three quarters of the device log? The gap between the two is
+    /// hysteresis: deletes that shrink the live data a little do not start a
+    /// run that copies everything older forward to free what they freed.
+    pub fn cleaning_due(&self) -> bool {
+        self.log_over(2)
+    }
+
+    /// `used > live + live / over + slack`, or over 3/4 of the device log.
+    fn log_over(&self, over: u64) -> bool {
         let log = self.log.borrow();
         let used = log.head - log.tail;
         let live = self.live_bytes.get();
+        used > live + live / over + self.cleaning_slack(live) || used > self.geo.log_bytes / 4 * 3
+    }
+
+    fn cleaning_slack(&self, live: u64) -> u64 {
         let seg = self.config.segment_bytes;
-        let slack = (2 * seg).min(live / 4).max(seg);
-        used > live + live / 4 + slack || used > self.geo.log_bytes / 4 * 3
+        (2 * seg).min(live / 4).max(seg)
     }
 
     /// One relocation step of the record `view` found at `origin`: appends
@@ -198,8 +220,11 @@ impl Store {
             let published = log.pending.front().map_or(log.durable, |p| p.addr);
             let used = log.head - log.tail;
             let live = self.live_bytes.get();
+            // Each pass ends with a checkpoint of the whole index: scan at
+            // least CHECKPOINT_AMORTIZE times what the last one wrote.
             let budget = used
                 .saturating_sub(live + live / 4)
+                .max(CHECKPOINT_AMORTIZE * self.checkpoint_bytes.get())
                 .clamp(self.config.segment_bytes, self.geo.log_bytes / 4);
             (log.clean_upto, published, budget)
         };
@@ -271,26 +296,25 @@ impl Store {
         Ok(b.to_vec())
     }
 
-    /// The head at which [`Store::cleaning_wanted`] turns true if neither
+    /// The head at which [`Store::cleaning_due`] turns true if neither
     /// the tail nor the live data move meanwhile.
     fn cleaning_mark(&self) -> u64 {
         let tail = self.log.borrow().tail;
         let live = self.live_bytes.get();
-        let seg = self.config.segment_bytes;
-        let over = (live + live / 2 + 2 * seg).min(self.geo.log_bytes / 4 * 3);
+        let over = (live + live / 2 + self.cleaning_slack(live)).min(self.geo.log_bytes / 4 * 3);
         tail + over + 1
     }
 
-    /// Runs cleaning passes whenever [`Store::cleaning_wanted`], until
-    /// [`Store::stop_cleaner`] or the store is poisoned; in between it
-    /// sleeps until appends take the head to where cleaning is wanted
-    /// (after a failed pass, `backoff`). While it runs, foreground writes
+    /// Once [`Store::cleaning_due`], runs cleaning passes while
+    /// [`Store::cleaning_wanted`], until [`Store::stop_cleaner`] or the store
+    /// is poisoned; in between it sleeps until appends take the head to
+    /// where cleaning is due (after a failed pass, `backoff`). While it runs, foreground writes
     /// that would take the log past twice the live data (plus four
     /// segments) wait for it (up to 10 s).
     pub async fn run_cleaner(self: Rc<Self>, backoff: Duration) {
         self.cleaner_active.set(true);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
-            if !self.cleaning_wanted() {
+            if !self.cleaning_due() {
                 // Deletes shrink the live data without moving the head far:
                 // a write over its disk budget wakes the cleaner, and it
                 // looks again at least every CLEANER_RECHECK anyway.
@@ -300,9 +324,12 @@ impl Store {
                 futures::future::select(std::pin::pin!(moved), std::pin::pin!(recheck)).await;
                 continue;
             }
-            if let Err(e) = self.clean().await {
-                tracing::warn!(device = %self.device, error = %e, "cleaning pass failed");
-                glommio::timer::sleep(backoff).await;
+            while self.cleaning_wanted() && !self.cleaner_stop.get() {
+                if let Err(e) = self.clean().await {
+                    tracing::warn!(device = %self.device, error = %e, "cleaning pass failed");
+                    glommio::timer::sleep(backoff).await;
+                    break;
+                }
             }
         }
         self.cleaner_active.set(false);

@@ -325,6 +325,9 @@ pub struct Store {
     live_bytes: Cell<u64>,
     counters: RefCell<Counters>,
     checkpoint_generation: Cell<u64>,
+    /// Bytes the last checkpoint wrote: a cleaning pass scans several times
+    /// as much, so that checkpoints stay a small part of its writes.
+    checkpoint_bytes: Cell<u64>,
     checkpoint_lock: glommio::sync::Semaphore,
     cleaner_stop: Cell<bool>,
     /// Wakes the cleaner and the keeper as the head moves.

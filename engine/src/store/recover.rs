@@ -100,6 +100,7 @@ impl Store {
             cleaner_stop: Cell::new(false),
             head_watch: Default::default(),
             cleaner_active: Cell::new(false),
+            checkpoint_bytes: Cell::new(0),
             keeper: Cell::new(Default::default()),
             flushed_upto: Cell::new(0),
             flush_lock: glommio::sync::Semaphore::new(1),
