@@ -179,8 +179,13 @@ mod imp {
     fn on_xstream<T: Send + 'static>(
         make: impl FnOnce() -> Job<T> + Send + 'static,
     ) -> anyhow::Result<T> {
+        // Preempted as an engine's xstream is (glommio's default is 100 ms:
+        // a background queue such as the cleaner's would wait that long
+        // behind busy foreground tasks).
+        let deadline = ferrite_xstream::XstreamConfig::default().latency_deadline;
         glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(0))
             .spin_before_park(std::time::Duration::from_millis(1))
+            .preempt_timer(deadline)
             .spawn(move || async move { Box::into_pin(make()).await })
             .map_err(|e| anyhow::anyhow!("starting the xstream: {e}"))?
             .join()
