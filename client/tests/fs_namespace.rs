@@ -132,6 +132,7 @@ fn readdir_pages_through_every_entry() {
         ns.close(ns.create(d.object, &format!("f{i:05}"), 0o644).unwrap())
             .unwrap();
     }
+    let before = ns.client().counters();
     let mut names = Vec::new();
     ns.readdir(d.object, |name, e| {
         assert_eq!(e.kind, EntryKind::File);
@@ -139,6 +140,11 @@ fn readdir_pages_through_every_entry() {
         Ok(())
     })
     .unwrap();
+    // The entries, all in the engine's memory rings, came with the
+    // listing: no GET looked any of them up (one-sided or by RPC).
+    let after = ns.client().counters();
+    assert_eq!(after.one_sided_hits, before.one_sided_hits);
+    assert_eq!(after.fallbacks, before.fallbacks);
     names.sort();
     names.dedup();
     assert_eq!(names.len(), n);

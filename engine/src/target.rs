@@ -9,7 +9,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Duration;
 
-use ferrite_proto::rpc::{ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat};
+use ferrite_proto::rpc::{
+    ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat, MAX_LIST_VALUE_BYTES,
+};
 
 use crate::server::BulkSlice;
 use crate::store::{
@@ -252,6 +254,25 @@ pub async fn handle(req: Request) -> Reply {
         } => keys(limit, |n| {
             s.list_dkeys(container, object, after.as_deref(), n)
         }),
+        Request::ListValues {
+            container,
+            object,
+            akey,
+            after,
+            limit,
+        } => {
+            let (entries, more) = page(limit, |n| {
+                s.list_values(
+                    container,
+                    object,
+                    &akey,
+                    after.as_deref(),
+                    n,
+                    MAX_LIST_VALUE_BYTES,
+                )
+            });
+            Reply::Values { entries, more }
+        }
         Request::ListAkeys {
             container,
             object,

@@ -355,3 +355,60 @@ fn fetch_batch_matches_fetch() {
         }
     });
 }
+
+/// `list_values`: the dkeys of an object that hold the akey, sorted and
+/// paged, each with its value while the record is in the ring, and `None`
+/// for a record only on the device, an array, or past the value budget;
+/// dkeys without the akey and other objects are left out.
+#[test]
+fn listed_values_come_from_the_ring_only() {
+    run(|| async {
+        let s = Store::open(dev(), StoreConfig::small()).await.unwrap();
+        let name = |i: u32| format!("n{i:04}").into_bytes();
+        let value = |i: u32| vec![i as u8; 500 + i as usize];
+        // Written first, then pushed out of the 1 MiB ring by the fill.
+        for i in 0..10u32 {
+            s.update(&RecordKey::new(1, 9, &name(i), b"e"), &value(i))
+                .await
+                .unwrap();
+        }
+        fill(&s, 0, 2 * s.stats().ring_bytes).await;
+        for i in 10..40u32 {
+            s.update(&RecordKey::new(1, 9, &name(i), b"e"), &value(i))
+                .await
+                .unwrap();
+        }
+        s.update(&RecordKey::new(1, 9, b"n0050", b"other"), b"x")
+            .await
+            .unwrap();
+        s.update_extent(&RecordKey::new(1, 9, b"n0060", b"e"), 0, b"arr")
+            .await
+            .unwrap();
+        s.update(&RecordKey::new(1, 8, b"n0000", b"e"), b"y")
+            .await
+            .unwrap();
+
+        let all = s.list_values(1, 9, b"e", None, 100, usize::MAX);
+        let names: Vec<Vec<u8>> = all.iter().map(|(d, _)| d.clone()).collect();
+        let mut want: Vec<Vec<u8>> = (0..40).map(name).collect();
+        want.push(b"n0060".to_vec());
+        assert_eq!(names, want);
+        for (i, (_, v)) in all.iter().take(40).enumerate() {
+            let i = i as u32;
+            let expect = (i >= 10).then(|| value(i));
+            assert_eq!(v.as_ref(), expect.as_ref(), "entry {i}");
+        }
+        assert_eq!(all[40].1, None, "an array's value is not listed");
+
+        // Paging: strictly after `after`, at most `limit`.
+        let page = s.list_values(1, 9, b"e", Some(&name(11)), 3, usize::MAX);
+        let got: Vec<_> = page.iter().map(|(d, _)| d.clone()).collect();
+        assert_eq!(got, vec![name(12), name(13), name(14)]);
+
+        // The budget: values past it are left out (their names stay).
+        let budget = value(10).len() + value(11).len();
+        let cut = s.list_values(1, 9, b"e", Some(&name(9)), 4, budget);
+        let sent: Vec<bool> = cut.iter().map(|(_, v)| v.is_some()).collect();
+        assert_eq!(sent, vec![true, true, false, false]);
+    });
+}

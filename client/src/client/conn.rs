@@ -256,7 +256,9 @@ pub(crate) fn op_name(r: &Request) -> &'static str {
         Request::Update { .. } => "put",
         Request::Fetch { .. } => "get",
         Request::Punch { .. } => "delete",
-        Request::ListDkeys { .. } | Request::ListAkeys { .. } => "list",
+        Request::ListDkeys { .. } | Request::ListAkeys { .. } | Request::ListValues { .. } => {
+            "list"
+        }
         Request::CondUpdate { .. } => "conditional put",
         Request::ExtentWrite { .. } => "extent write",
         Request::ExtentRead { .. } => "extent read",

@@ -48,6 +48,10 @@ pub(crate) const REMOVE_SCOPE: PunchScope = PunchScope::Akey;
 /// Entries per readdir page asked of the engine.
 pub const READDIR_PAGE: u32 = 1024;
 
+/// A page of directory entry names, each with its encoded entry when the
+/// listing carried it.
+pub type ListedEntries = Vec<(String, Option<Vec<u8>>)>;
+
 /// An operation sent to the engine whose replies are checked when awaited.
 pub type FsFuture = std::pin::Pin<Box<dyn std::future::Future<Output = FsResult<()>> + Send>>;
 
@@ -347,7 +351,46 @@ impl Namespace {
         }
     }
 
-    /// Calls `visit` for every entry of `dir` (paged).
+    /// One page of the entries of directory object `dir`, sorted, after
+    /// `after`, each with its encoded entry when the engine sent it (it
+    /// sends those still in its memory rings); the bool says whether more
+    /// follow.
+    pub fn readdir_values_page(
+        &self,
+        dir: u128,
+        after: Option<&str>,
+        limit: u32,
+    ) -> FsResult<(ListedEntries, bool)> {
+        let r = self
+            .client
+            .request(&Request::ListValues {
+                container: self.container,
+                object: dir,
+                akey: entry::ENTRY_AKEY.to_vec(),
+                after: after.map(|a| a.as_bytes().to_vec()),
+                limit,
+            })
+            .map_err(client_err("readdir"))?;
+        match r {
+            Reply::Values { entries, more } => Ok((
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
+                    .collect(),
+                more,
+            )),
+            other => Err(unexpected_reply(
+                "readdir",
+                "list values",
+                self.client.url(),
+                other,
+            )),
+        }
+    }
+
+    /// Calls `visit` for every entry of `dir` (paged): one listing per page
+    /// carries the entries the engine holds in memory; the others are
+    /// looked up together.
     pub fn readdir(
         &self,
         dir: u128,
@@ -355,14 +398,26 @@ impl Namespace {
     ) -> FsResult<()> {
         let mut after: Option<String> = None;
         loop {
-            let (names, more) = self.readdir_page(dir, after.as_deref(), READDIR_PAGE)?;
-            for (name, e) in names.iter().zip(self.lookup_many(dir, &names)?) {
+            let (page, more) = self.readdir_values_page(dir, after.as_deref(), READDIR_PAGE)?;
+            let missing: Vec<String> = page
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(name, _)| name.clone())
+                .collect();
+            let mut looked_up = self.lookup_many(dir, &missing)?.into_iter();
+            for (name, value) in &page {
+                let e = match value {
+                    Some(v) => {
+                        Some(Entry::decode(v).map_err(|e| FsError::Corrupt(name.clone(), e))?)
+                    }
+                    None => looked_up.next().flatten(),
+                };
                 if let Some(e) = e {
                     visit(name, e)?; // None: removed while listing
                 }
             }
-            match names.last() {
-                Some(last) if more => after = Some(last.clone()),
+            match page.last() {
+                Some((last, _)) if more => after = Some(last.clone()),
                 _ => return Ok(()),
             }
         }

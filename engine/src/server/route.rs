@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ferrite_proto::rpc::{ErrorCode, Key, PunchScope, Reply, Request};
+use ferrite_proto::rpc::{ErrorCode, Key, PunchScope, Reply, Request, MAX_LIST_VALUE_BYTES};
 use ferrite_xstream::{TaskClass, XstreamId};
 use futures::future::join_all;
 
@@ -173,6 +173,9 @@ async fn execute_one(shared: &Arc<Shared>, req: Request, bulk: Option<&Arc<BulkR
         Request::ListObjects { limit, .. } => {
             merge_objects(fan_out(shared, &req).await, limit as usize)
         }
+        Request::ListValues { limit, .. } => {
+            merge_values(fan_out(shared, &req).await, limit as usize)
+        }
         Request::Punch {
             scope: PunchScope::Object,
             ..
@@ -285,6 +288,26 @@ fn merge_objects(replies: Vec<Reply>, limit: usize) -> Reply {
     })
 }
 
+/// Merges per-target sorted, disjoint (dkey, value) lists into one of at
+/// most `limit`, leaving out values past [`MAX_LIST_VALUE_BYTES`] in all
+/// (the client fetches those).
+fn merge_values(replies: Vec<Reply>, limit: usize) -> Reply {
+    let split = |reply| match reply {
+        Reply::Values { entries, more } => Ok((entries, more)),
+        error => Err(error),
+    };
+    merge(replies, limit, split, |mut entries, more| {
+        let mut left = MAX_LIST_VALUE_BYTES;
+        for (_, value) in &mut entries {
+            match value {
+                Some(v) if v.len() <= left => left -= v.len(),
+                _ => *value = None,
+            }
+        }
+        Reply::Values { entries, more }
+    })
+}
+
 /// Sorts and dedups what `split` takes out of each reply, cuts it to
 /// `limit` (then more follow); the first error reply wins.
 fn merge<T: Ord>(
@@ -346,5 +369,38 @@ mod tests {
         assert_eq!(merged, objects(vec![1, 2], true));
         let merged = merge_objects(vec![objects(vec![1, 4], false), objects(vec![4], false)], 5);
         assert_eq!(merged, objects(vec![1, 4], false));
+    }
+
+    /// Per-target value listings merge in key order, cut to the limit, and
+    /// keep at most MAX_LIST_VALUE_BYTES of values in all: later ones are
+    /// left out (the client fetches them), their names kept.
+    #[test]
+    fn merged_values_keep_order_and_the_value_budget() {
+        let half = MAX_LIST_VALUE_BYTES / 2;
+        let values = |entries: Vec<(&[u8], Option<usize>)>, more| Reply::Values {
+            entries: entries
+                .into_iter()
+                .map(|(k, v)| (k.to_vec(), v.map(|n| vec![k[0]; n])))
+                .collect(),
+            more,
+        };
+        let a = values(vec![(b"a", Some(half)), (b"c", Some(half))], false);
+        let b = values(
+            vec![(b"b", Some(half)), (b"d", None), (b"e", Some(1))],
+            false,
+        );
+        let merged = merge_values(vec![a, b], 4);
+        let want = values(
+            vec![
+                (b"a", Some(half)),
+                (b"b", Some(half)),
+                (b"c", None),
+                (b"d", None),
+            ],
+            true,
+        );
+        assert_eq!(merged, want);
+        let err = Reply::error(ErrorCode::Io, "x");
+        assert_eq!(merge_values(vec![err.clone(), want], 4), err);
     }
 }

@@ -746,6 +746,34 @@ impl Directory {
         out
     }
 
+    /// Dkeys of an object that hold `akey`, strictly after `after`, sorted,
+    /// at most `limit`, each with its entry for that akey.
+    pub fn list_dkeys_holding(
+        &self,
+        obj: ObjectId,
+        akey: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, Entry)> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return out;
+        }
+        self.walk(
+            &Key::new(obj, after.unwrap_or(&[]), &[]),
+            |o, d, a, tail| {
+                if o != obj {
+                    return false;
+                }
+                if a == akey && Some(d) != after {
+                    out.push((d.to_vec(), decode_tail(tail)));
+                }
+                out.len() < limit
+            },
+        );
+        out
+    }
+
     /// Akeys of a dkey after `after`, sorted, at most `limit`.
     pub fn list_akeys(
         &self,

@@ -325,6 +325,45 @@ impl Store {
             .list_dkeys((container, object), after, limit)
     }
 
+    /// Dkeys of an object that hold `akey`, strictly after `after`, sorted,
+    /// at most `limit`, each with that akey's single value while its record
+    /// is in the memory ring and `value_bytes` (the values' total) allows;
+    /// `None` otherwise (an array, a record on the device only, or past the
+    /// budget: the caller fetches it). One synchronous step: the values are
+    /// the published ones at that moment.
+    pub fn list_values(
+        &self,
+        container: u64,
+        object: u128,
+        akey: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        value_bytes: usize,
+    ) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        let listed = self
+            .dir
+            .borrow()
+            .list_dkeys_holding((container, object), akey, after, limit);
+        let mut left = value_bytes;
+        listed
+            .into_iter()
+            .map(|(dkey, e)| {
+                let value = (e.extents.is_none() && self.resident(e.addr))
+                    .then(|| Head::peek(self.ring_slice(e.addr, e.len as usize)))
+                    .flatten()
+                    .filter(|h| {
+                        let k = &h.key;
+                        (k.container, k.object, k.dkey, k.akey)
+                            == (container, object, &dkey[..], akey)
+                            && h.value.len() <= left
+                    })
+                    .map(|h| h.value.to_vec());
+                left -= value.as_ref().map_or(0, Vec::len);
+                (dkey, value)
+            })
+            .collect()
+    }
+
     /// Akeys of a dkey strictly after `after`, sorted, at most `limit`.
     pub fn list_akeys(
         &self,

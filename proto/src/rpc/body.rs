@@ -161,6 +161,58 @@ fn get_verified(r: &mut Reader<'_>) -> Result<Verified, FormatError> {
     })
 }
 
+/// A ListValues reply: u32 count, u8 more, then count × (u16 key_len, key,
+/// u8 has_value, when 1 a blob value); at most [`MAX_LIST_VALUE_BYTES`] of
+/// values in all.
+fn put_values(out: &mut Vec<u8>, entries: &[(Vec<u8>, Option<Vec<u8>>)], more: bool) {
+    out.put_u32(len_u32(entries.len()));
+    out.put_u8(u8::from(more));
+    for (key, value) in entries {
+        out.put_u16(len_u16(key.len()));
+        out.put_bytes(key);
+        out.put_u8(u8::from(value.is_some()));
+        if let Some(v) = value {
+            put_blob(out, v);
+        }
+    }
+}
+
+type ListedValues = (Vec<(Vec<u8>, Option<Vec<u8>>)>, bool);
+
+fn get_values(r: &mut Reader<'_>) -> Result<ListedValues, FormatError> {
+    let mut left = MAX_LIST_VALUE_BYTES;
+    get_list(r, "entry count", |r| {
+        let len = usize::from(r.u16()?);
+        let key = r.vec(len, KEY_PART_MAX_BYTES, "key_len")?;
+        let value = match get_bool(r, "has_value")? {
+            false => None,
+            true => {
+                let v = get_blob(r, left, "value bytes of the listing")?;
+                left -= v.len();
+                Some(v)
+            }
+        };
+        Ok((key, value))
+    })
+}
+
+/// The body of a listing under one key part (ListAkeys: a dkey;
+/// ListValues: an akey): u64 container, u128 object, u16 part_len, part,
+/// then the cursor.
+type PartListing = (u64, u128, Vec<u8>, u32, Option<Vec<u8>>);
+
+fn get_part_listing(
+    r: &mut Reader<'_>,
+    len_name: &'static str,
+) -> Result<PartListing, FormatError> {
+    let container = r.u64()?;
+    let object = r.u128()?;
+    let len = usize::from(r.u16()?);
+    let part = r.vec(len, KEY_PART_MAX_BYTES, len_name)?;
+    let (limit, after) = get_after(r)?;
+    Ok((container, object, part, limit, after))
+}
+
 /// A listing reply: u32 count (≤ [`MAX_LIST_KEYS`]), u8 more, then count
 /// items read by `item`.
 fn get_list<T>(
@@ -201,6 +253,7 @@ impl Request {
             Self::Punch { .. } => MessageType::Punch,
             Self::ListDkeys { .. } => MessageType::ListDkeys,
             Self::ListAkeys { .. } => MessageType::ListAkeys,
+            Self::ListValues { .. } => MessageType::ListValues,
             Self::CondUpdate { .. } => MessageType::CondUpdate,
             Self::ExtentWrite { .. } => MessageType::ExtentWrite,
             Self::ExtentRead { .. } => MessageType::ExtentRead,
@@ -271,14 +324,21 @@ impl Request {
             Self::ListAkeys {
                 container,
                 object,
-                dkey,
+                dkey: part,
+                after,
+                limit,
+            }
+            | Self::ListValues {
+                container,
+                object,
+                akey: part,
                 after,
                 limit,
             } => {
                 out.put_u64(*container);
                 out.put_u128(*object);
-                out.put_u16(len_u16(dkey.len()));
-                out.put_bytes(dkey);
+                out.put_u16(len_u16(part.len()));
+                out.put_bytes(part);
                 put_after(out, *limit, after);
             }
             Self::CondUpdate {
@@ -388,15 +448,21 @@ impl Request {
                 }
             }
             MessageType::ListAkeys => {
-                let container = r.u64()?;
-                let object = r.u128()?;
-                let dkey_len = usize::from(r.u16()?);
-                let dkey = r.vec(dkey_len, KEY_PART_MAX_BYTES, "dkey_len")?;
-                let (limit, after) = get_after(r)?;
+                let (container, object, dkey, limit, after) = get_part_listing(r, "dkey_len")?;
                 Self::ListAkeys {
                     container,
                     object,
                     dkey,
+                    after,
+                    limit,
+                }
+            }
+            MessageType::ListValues => {
+                let (container, object, akey, limit, after) = get_part_listing(r, "akey_len")?;
+                Self::ListValues {
+                    container,
+                    object,
+                    akey,
                     after,
                     limit,
                 }
@@ -538,6 +604,7 @@ impl Reply {
             Self::Version(_) => MessageType::Update,
             Self::Value(_) => MessageType::Fetch,
             Self::Keys { .. } => MessageType::ListDkeys,
+            Self::Values { .. } => MessageType::ListValues,
             Self::Objects { .. } => MessageType::ListObjects,
             Self::Verified(_) => MessageType::Verify,
             Self::Cond { .. } => MessageType::CondUpdate,
@@ -579,6 +646,7 @@ impl Reply {
                     out.put_bytes(k);
                 }
             }
+            Self::Values { entries, more } => put_values(out, entries, *more),
             Self::Cond { applied, version } => {
                 out.put_u8(u8::from(*applied));
                 out.put_u64(*version);
@@ -640,6 +708,10 @@ impl Reply {
                     r.vec(len, KEY_PART_MAX_BYTES, "key_len")
                 })?;
                 Self::Keys { keys, more }
+            }
+            T::ListValues => {
+                let (entries, more) = get_values(r)?;
+                Self::Values { entries, more }
             }
             T::CondUpdate => Self::Cond {
                 applied: get_bool(r, "applied")?,

@@ -57,11 +57,12 @@ pub enum MessageType {
     BulkRead = 0x1e,
     ExtentList = 0x1f,
     RegionRead = 0x20,
+    ListValues = 0x21,
     Error = 0x7f,
 }
 
 impl MessageType {
-    pub const ALL: [MessageType; 20] = [
+    pub const ALL: [MessageType; 21] = [
         Self::Hello,
         Self::Login,
         Self::Update,
@@ -81,6 +82,7 @@ impl MessageType {
         Self::BulkRead,
         Self::ExtentList,
         Self::RegionRead,
+        Self::ListValues,
         Self::Error,
     ];
 
@@ -96,6 +98,7 @@ impl MessageType {
                 | Self::Fetch
                 | Self::Punch
                 | Self::ListDkeys
+                | Self::ListValues
                 | Self::ListAkeys
                 | Self::CondUpdate
                 | Self::ExtentWrite

@@ -14,6 +14,9 @@ use crate::FormatError;
 pub const MAX_BATCH_ITEMS: usize = 1024;
 /// Most keys one list reply may carry.
 pub const MAX_LIST_KEYS: usize = 4096;
+/// Value bytes one ListValues reply carries at most (values past it are
+/// left out, to be fetched).
+pub const MAX_LIST_VALUE_BYTES: usize = 1 << 20;
 /// Most bytes one extent or region read may return.
 pub const MAX_READ_BYTES: usize = VALUE_MAX_BYTES;
 /// Longest error message carried, in bytes.
@@ -97,6 +100,17 @@ pub enum Request {
     ListDkeys {
         container: u64,
         object: u128,
+        after: Option<Vec<u8>>,
+        limit: u32,
+    },
+    /// Dkeys of an object that hold akey `akey`, sorted, strictly after
+    /// `after`, each with that akey's single value when its target holds the
+    /// record in memory (else the value is left out: fetch it); from every
+    /// target. A directory listing with its entries in one round trip.
+    ListValues {
+        container: u64,
+        object: u128,
+        akey: Vec<u8>,
         after: Option<Vec<u8>>,
         limit: u32,
     },
@@ -278,6 +292,12 @@ pub enum Reply {
     /// Reply to ListDkeys/ListAkeys; `more` = call again after the last key.
     Keys {
         keys: Vec<Vec<u8>>,
+        more: bool,
+    },
+    /// Reply to ListValues: dkeys in order, each with the akey's value or
+    /// `None` (not sent: fetch it); `more` = call again after the last dkey.
+    Values {
+        entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
         more: bool,
     },
     /// Reply to CondUpdate: whether applied, and the key's version now.

@@ -5,6 +5,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::handshake::*;
+use super::message::MAX_LIST_VALUE_BYTES;
 use super::*;
 use crate::region::{Provider, RegionDescriptor, RegionKind};
 
@@ -95,6 +96,19 @@ fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         data_request(),
         vec(data_request(), 0..8).prop_map(Request::Batch),
+        (
+            any::<u128>(),
+            bytes(20),
+            proptest::option::of(bytes(20)),
+            any::<u32>()
+        )
+            .prop_map(|(object, akey, after, limit)| Request::ListValues {
+                container: 3,
+                object,
+                akey,
+                after,
+                limit
+            }),
         Just(Request::Stat),
         Just(Request::Sync),
         key().prop_map(|key| Request::ExtentList { key }),
@@ -227,6 +241,11 @@ fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
             MessageType::ListObjects,
             Reply::Objects { objects, more }
         )),
+        (
+            vec((bytes(20), proptest::option::of(bytes(70))), 0..10),
+            any::<bool>()
+        )
+            .prop_map(|(entries, more)| (MessageType::ListValues, Reply::Values { entries, more })),
         Just((MessageType::Sync, Reply::Synced)),
         Just((MessageType::ExtentList, Reply::Extents(None))),
         extent_list().prop_map(|l| (MessageType::ExtentList, Reply::Extents(Some(l)))),
@@ -609,4 +628,40 @@ fn extents_reply_layout_and_refusals() {
     };
     assert_eq!(cut.pieces.len(), MAX_EXTENT_PIECES);
     assert_eq!(cut.covered_end, 2 * MAX_EXTENT_PIECES as u64);
+}
+
+/// A ListValues reply: byte layout, and at most MAX_LIST_VALUE_BYTES of
+/// values in all (a reply over it is refused, one at it decodes).
+#[test]
+fn listed_values_layout_and_limit() {
+    let reply = Reply::Values {
+        entries: vec![(b"ab".to_vec(), Some(vec![7; 3])), (b"c".to_vec(), None)],
+        more: true,
+    };
+    let mut body = Vec::new();
+    reply.encode_body(&mut body);
+    let want: &[u8] = &[
+        2, 0, 0, 0, 1, // count, more
+        2, 0, b'a', b'b', 1, 3, 0, 0, 0, 7, 7, 7, // key, has_value, blob
+        1, 0, b'c', 0, // key, no value
+    ];
+    assert_eq!(body, want);
+    assert_eq!(
+        Reply::decode_body(MessageType::ListValues, &body).unwrap(),
+        reply
+    );
+    let half = MAX_LIST_VALUE_BYTES / 2;
+    let values = |last: usize| Reply::Values {
+        entries: vec![
+            (b"a".to_vec(), Some(vec![1; half])),
+            (b"b".to_vec(), Some(vec![2; last])),
+        ],
+        more: false,
+    };
+    for (last, ok) in [(half, true), (half + 1, false)] {
+        body.clear();
+        values(last).encode_body(&mut body);
+        let got = Reply::decode_body(MessageType::ListValues, &body);
+        assert_eq!(got.is_ok(), ok, "values of {} bytes", half + last);
+    }
 }
