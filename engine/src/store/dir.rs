@@ -9,6 +9,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use blocks::Blocks;
 use fence::Fence;
 
 /// (container, object)
@@ -415,8 +416,9 @@ struct Seek {
 /// | `pieces` | varint | only if `array`: the extent map's piece count n |
 /// | pieces | 26 × n | start u64, end u64, record address 48 bits, record length u32 |
 ///
-/// Blocks are kept in a sorted vector and found by binary search on their
-/// fences (fixed-size summaries of their first keys). No per-key
+/// Blocks are kept in key order in runs of a few hundred ([`blocks`]), and
+/// found by binary search on their fences (fixed-size summaries of their
+/// first keys). No per-key
 /// allocation: a single value costs its front-coded suffix plus 2 (`shared`
 /// and `head`), the version (3 bytes below 2^21, 4 below 2^28), 6 and 1
 /// (records below 256 bytes), and its share of its block's fence, first key
@@ -424,9 +426,7 @@ struct Seek {
 /// their own format (`engine/FORMAT.md`, "Checkpoint areas").
 #[derive(Default)]
 pub struct Directory {
-    blocks: Vec<Box<[u8]>>,
-    /// `fences[i]` is `Fence::of_block(&blocks[i])`.
-    fences: Vec<Fence>,
+    blocks: Blocks,
     keys: usize,
 }
 
@@ -439,44 +439,14 @@ impl Directory {
     /// whose first key is at most `k`.
     fn block_for(&self, k: &Key<'_>) -> usize {
         let fk = Fence::new(&k.obj, k.dkey, k.akey);
-        let (mut lo, mut hi) = (0, self.fences.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let at_most_k = match self.fences[mid].cmp(&fk) {
-                Ordering::Less => true,
-                Ordering::Greater => false,
-                Ordering::Equal => {
-                    let (c, dl) = first_key(&self.blocks[mid]);
-                    k.cmp_stored(c, dl) != Ordering::Less
-                }
-            };
-            if at_most_k {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+        self.blocks.search(|fence, block| match fence.cmp(&fk) {
+            Ordering::Less => true,
+            Ordering::Greater => false,
+            Ordering::Equal => {
+                let (c, dl) = first_key(block);
+                k.cmp_stored(c, dl) != Ordering::Less
             }
-        }
-        lo.saturating_sub(1)
-    }
-
-    fn set_block(&mut self, i: usize, b: Box<[u8]>) {
-        self.fences[i] = Fence::of_block(&b);
-        self.blocks[i] = b;
-    }
-
-    fn insert_block(&mut self, i: usize, b: Box<[u8]>) {
-        // Grow the two vectors by an eighth, not by doubling: their spare
-        // room is DRAM per key too (66 bytes per block; doubling left up to
-        // 1.5 bytes per key spare at 65 536 bench keys), and a block is
-        // inserted only when one splits.
-        if self.blocks.len() == self.blocks.capacity() {
-            self.blocks.reserve_exact((self.blocks.len() / 8).max(16));
-        }
-        if self.fences.len() == self.fences.capacity() {
-            self.fences.reserve_exact((self.fences.len() / 8).max(16));
-        }
-        self.fences.insert(i, Fence::of_block(&b));
-        self.blocks.insert(i, b);
+        })
     }
 
     fn seek(&self, k: &Key<'_>) -> Seek {
@@ -521,7 +491,7 @@ impl Directory {
             let (c, dl) = k.composite();
             let mut b = Vec::new();
             encode_entry(&mut b, (&[], None), &c, dl, &tail);
-            self.insert_block(0, b.into_boxed_slice());
+            self.blocks.insert(0, b.into_boxed_slice());
             self.keys += 1;
             return None;
         }
@@ -596,11 +566,10 @@ impl Directory {
     fn replace_block(&mut self, i: usize, b: Vec<u8>) {
         if b.is_empty() {
             self.blocks.remove(i);
-            self.fences.remove(i);
             return;
         }
         if b.len() <= BLOCK_MAX_BYTES {
-            self.set_block(i, b.into_boxed_slice());
+            self.blocks.set(i, b.into_boxed_slice());
             return;
         }
         let mut scan = Scan::new(&b);
@@ -616,13 +585,13 @@ impl Directory {
                     &b[raw.tail..raw.end],
                 );
                 second.extend_from_slice(&b[raw.end..]);
-                self.set_block(i, b[..raw.start].into());
-                self.insert_block(i + 1, second.into_boxed_slice());
+                self.blocks.set(i, b[..raw.start].into());
+                self.blocks.insert(i + 1, second.into_boxed_slice());
                 return;
             }
         }
         // One entry larger than a block: it stays alone.
-        self.set_block(i, b.into_boxed_slice());
+        self.blocks.set(i, b.into_boxed_slice());
     }
 
     pub fn remove(&mut self, obj: ObjectId, dkey: &[u8], akey: &[u8]) -> Option<Entry> {
@@ -655,7 +624,7 @@ impl Directory {
     /// `from` on, in order, while it returns `true`.
     fn walk(&self, from: &Key<'_>, mut visit: impl FnMut(ObjectId, &[u8], &[u8], &[u8]) -> bool) {
         let first = self.block_for(from);
-        for bytes in self.blocks.iter().skip(first) {
+        for bytes in self.blocks.iter_from(first) {
             let mut scan = Scan::new(bytes);
             while let Some(raw) = scan.next_entry() {
                 let c = &scan.key;
@@ -810,16 +779,14 @@ impl Directory {
     /// Heap bytes held: the block and fence vectors and every block's
     /// allocation (malloc rounds to 16 bytes and adds 8 of header).
     pub fn estimated_bytes(&self) -> usize {
-        let blocks: usize = self
-            .blocks
-            .iter()
+        let blocks: usize = (self.blocks.iter_from(0))
             .map(|b| (b.len() + 8).div_ceil(16) * 16)
             .sum();
-        blocks
-            + self.blocks.capacity() * std::mem::size_of::<Box<[u8]>>()
-            + self.fences.capacity() * std::mem::size_of::<Fence>()
+        blocks + self.blocks.vector_bytes()
     }
 }
+
+mod blocks;
 mod fence;
 mod find;
 #[cfg(test)]
