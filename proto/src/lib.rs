@@ -21,6 +21,7 @@
 //! ```
 
 pub mod bucket;
+pub mod crc;
 pub mod error;
 pub mod key;
 pub mod record;

@@ -35,9 +35,10 @@
 use ferrite_proto::bucket::{Bucket, ADDR_MASK, BUCKET_BYTES};
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
-    get_u128, get_u16, get_u32, get_u64, record_crc_parts, record_len, RecordFlags, HEADER_BYTES,
-    OFF_ADDR, OFF_AKEY_LEN, OFF_CONTAINER, OFF_CRC, OFF_DKEY_LEN, OFF_EXTENT_OFFSET, OFF_FLAGS,
-    OFF_FORMAT, OFF_MAGIC, OFF_OBJECT, OFF_VALUE_LEN, RECORD_FORMAT_VERSION, RECORD_MAGIC,
+    get_u128, get_u16, get_u32, get_u64, record_crc_parts, record_len, same_bytes, RecordFlags,
+    HEADER_BYTES, OFF_ADDR, OFF_AKEY_LEN, OFF_CONTAINER, OFF_CRC, OFF_DKEY_LEN, OFF_EXTENT_OFFSET,
+    OFF_FLAGS, OFF_FORMAT, OFF_MAGIC, OFF_OBJECT, OFF_VALUE_LEN, RECORD_FORMAT_VERSION,
+    RECORD_MAGIC,
 };
 use ferrite_proto::region::RegionDescriptor;
 use ferrite_proto::rpc::{ExtentList, ExtentSpan};
@@ -298,8 +299,8 @@ fn extent_head(key: &RecordKey<'_>, p: &ExtentSpan, head: &[u8]) -> Head {
         && usize::from(get_u16(head, OFF_AKEY_LEN)) == a
         && get_u64(head, OFF_CONTAINER) == key.container
         && get_u128(head, OFF_OBJECT) == key.object
-        && &head[HEADER_BYTES..HEADER_BYTES + d] == key.dkey
-        && &head[HEADER_BYTES + d..HEADER_BYTES + d + a] == key.akey
+        && same_bytes(&head[HEADER_BYTES..HEADER_BYTES + d], key.dkey)
+        && same_bytes(&head[HEADER_BYTES + d..HEADER_BYTES + d + a], key.akey)
         && record_len(key, value_len) == p.rec_len as usize;
     if !same {
         return Head::NotIt;

@@ -17,10 +17,10 @@
 use ferrite_proto::bucket::Slot;
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
-    get_u128, get_u16, get_u32, get_u64, record_len, RecordFlags, HEADER_BYTES, OFF_ADDR,
-    OFF_AKEY_LEN, OFF_CONTAINER, OFF_DKEY_LEN, OFF_EXTENT_OFFSET, OFF_FLAGS, OFF_FORMAT, OFF_MAGIC,
-    OFF_OBJECT, OFF_STATE, OFF_VALUE_LEN, OFF_VERSION, RECORD_FORMAT_VERSION, RECORD_MAGIC,
-    STATE_SUPERSEDED,
+    get_u128, get_u16, get_u32, get_u64, record_len, same_bytes, RecordFlags, HEADER_BYTES,
+    OFF_ADDR, OFF_AKEY_LEN, OFF_CONTAINER, OFF_DKEY_LEN, OFF_EXTENT_OFFSET, OFF_FLAGS, OFF_FORMAT,
+    OFF_MAGIC, OFF_OBJECT, OFF_STATE, OFF_VALUE_LEN, OFF_VERSION, RECORD_FORMAT_VERSION,
+    RECORD_MAGIC, STATE_SUPERSEDED,
 };
 
 use super::SlotCheck;
@@ -57,8 +57,8 @@ fn same_key(key: &RecordKey<'_>, head: &[u8], dkey_len: u16, akey_len: u16) -> b
         && usize::from(akey_len) == a
         && get_u64(head, OFF_CONTAINER) == key.container
         && get_u128(head, OFF_OBJECT) == key.object
-        && &head[HEADER_BYTES..HEADER_BYTES + d] == key.dkey
-        && &head[HEADER_BYTES + d..HEADER_BYTES + d + a] == key.akey
+        && same_bytes(&head[HEADER_BYTES..HEADER_BYTES + d], key.dkey)
+        && same_bytes(&head[HEADER_BYTES + d..HEADER_BYTES + d + a], key.akey)
 }
 
 /// What the unchecked header `head` ([`head_len`] bytes read at `slot`'s
