@@ -144,45 +144,62 @@ impl Store {
             rec_len: len,
         };
         let (hash, slot) = slot_for(&h.key, addr, len, h.version);
-        let current = self.dir.borrow().get(obj, h.key.dkey, h.key.akey);
-        match current {
-            Some(mut e) if e.extents.is_some() => {
-                if origin.is_some_and(|o| !e.references(o)) {
-                    return Ok(());
+        // One directory search: the entry is read and rewritten in place.
+        let outcome =
+            (self.dir.borrow_mut()).upsert(obj, h.key.dkey, h.key.akey, |current| match current {
+                Some(mut e) if e.extents.is_some() => {
+                    if origin.is_some_and(|o| !e.references(o)) {
+                        return (None, ExtentOutcome::Unchanged);
+                    }
+                    let before = e.live_bytes();
+                    let map = e.extents.get_or_insert_with(Default::default);
+                    insert_piece(map, h.extent_offset, piece);
+                    let old_slot_addr = e.addr;
+                    let moves_slot = origin.is_none_or(|o| o == e.addr);
+                    if moves_slot {
+                        e.addr = addr;
+                        e.len = len;
+                    }
+                    e.version = e.version.max(h.version);
+                    let after = e.live_bytes();
+                    let moved = moves_slot.then_some(old_slot_addr);
+                    (
+                        Some(e),
+                        ExtentOutcome::Extended {
+                            before,
+                            after,
+                            moved,
+                        },
+                    )
                 }
-                let before = e.live_bytes();
-                let map = e.extents.get_or_insert_with(Default::default);
-                insert_piece(map, h.extent_offset, piece);
-                let old_slot_addr = e.addr;
-                let moves_slot = origin.is_none_or(|o| o == e.addr);
-                if moves_slot {
-                    e.addr = addr;
-                    e.len = len;
+                _ if origin.is_some() => (None, ExtentOutcome::Unchanged),
+                existing => {
+                    let had = existing.map(|e| (e.addr, e.live_bytes()));
+                    let mut map = ExtentMap::new();
+                    insert_piece(&mut map, h.extent_offset, piece);
+                    let e = Entry {
+                        version: h.version,
+                        addr,
+                        len,
+                        extents: Some(Box::new(map)),
+                    };
+                    (Some(e), ExtentOutcome::Replaced { had })
                 }
-                e.version = e.version.max(h.version);
-                let after = e.live_bytes();
-                self.dir.borrow_mut().put(obj, h.key.dkey, h.key.akey, e);
+            });
+        match outcome {
+            ExtentOutcome::Unchanged => {}
+            ExtentOutcome::Extended {
+                before,
+                after,
+                moved,
+            } => {
                 self.live_bytes
                     .set((self.live_bytes.get() + after).saturating_sub(before));
-                if moves_slot {
+                if let Some(old_slot_addr) = moved {
                     self.move_slot(hash, slot, old_slot_addr)?;
                 }
-                Ok(())
             }
-            existing => {
-                if origin.is_some() {
-                    return Ok(());
-                }
-                let had = existing.map(|e| (e.addr, e.live_bytes()));
-                let mut map = ExtentMap::new();
-                insert_piece(&mut map, h.extent_offset, piece);
-                let e = Entry {
-                    version: h.version,
-                    addr,
-                    len,
-                    extents: Some(Box::new(map)),
-                };
-                self.dir.borrow_mut().put(obj, h.key.dkey, h.key.akey, e);
+            ExtentOutcome::Replaced { had } => {
                 let mut live = self.live_bytes.get() + u64::from(len);
                 match had {
                     Some((old_addr, old_live)) => {
@@ -193,9 +210,9 @@ impl Store {
                     None => self.insert_slot(hash, slot)?,
                 }
                 self.live_bytes.set(live);
-                Ok(())
             }
         }
+        Ok(())
     }
 
     fn insert_slot(&self, hash: u64, slot: Slot) -> Result<()> {
@@ -248,4 +265,19 @@ impl Store {
             None => self.insert_slot(hash, slot),
         }
     }
+}
+
+/// What applying an extent record did to its key's directory entry.
+enum ExtentOutcome {
+    /// A relocated piece whose bytes are no longer the key's: nothing.
+    Unchanged,
+    /// A piece added to the array's map: its live bytes before and after,
+    /// and the address the bucket slot moves from (if it moves).
+    Extended {
+        before: u64,
+        after: u64,
+        moved: Option<u64>,
+    },
+    /// A new array (over a single value, `had`: its address and bytes).
+    Replaced { had: Option<(u64, u64)> },
 }

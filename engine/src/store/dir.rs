@@ -450,7 +450,12 @@ impl Directory {
     }
 
     fn seek(&self, k: &Key<'_>) -> Seek {
-        let block = self.block_for(k);
+        self.seek_in(self.block_for(k), k)
+    }
+
+    /// [`seek`](Self::seek) in `block`, which [`block_for`](Self::block_for)
+    /// gave for `k`.
+    fn seek_in(&self, block: usize, k: &Key<'_>) -> Seek {
         let mut s = Seek {
             block,
             prev: Vec::new(),
@@ -484,26 +489,54 @@ impl Directory {
 
     /// Inserts or replaces; returns the previous entry.
     pub fn put(&mut self, obj: ObjectId, dkey: &[u8], akey: &[u8], e: Entry) -> Option<Entry> {
+        self.upsert(obj, dkey, akey, |old| (Some(e), old))
+    }
+
+    /// Calls `change` with the key's entry (`None` if absent) and stores
+    /// the entry it returns (`None`: nothing changes), with one block
+    /// search where a `get` then a `put` take two (three for a new key).
+    pub fn upsert<T>(
+        &mut self,
+        obj: ObjectId,
+        dkey: &[u8],
+        akey: &[u8],
+        change: impl FnOnce(Option<Entry>) -> (Option<Entry>, T),
+    ) -> T {
         let k = Key::new(obj, dkey, akey);
+        let block = self.block_for(&k);
+        if let Some(raw) = self.find_in(block, &k) {
+            let old = decode_tail(&self.blocks[block][raw.tail..raw.end]);
+            let (new, out) = change(Some(old));
+            if let Some(e) = new {
+                let mut tail = Vec::with_capacity(32);
+                encode_tail(&mut tail, &e);
+                self.set_tail(block, &raw, &tail);
+            }
+            return out;
+        }
+        let (new, out) = change(None);
+        if let Some(e) = new {
+            self.insert_new(block, &k, &e);
+        }
+        out
+    }
+
+    /// Inserts `k`, absent from the directory, into `block` (from
+    /// [`block_for`](Self::block_for)): its neighbours are re-encoded
+    /// around it.
+    fn insert_new(&mut self, block: usize, k: &Key<'_>, e: &Entry) {
         let mut tail = Vec::with_capacity(32);
-        encode_tail(&mut tail, &e);
+        encode_tail(&mut tail, e);
+        let (c, dl) = k.composite();
         if self.blocks.is_empty() {
-            let (c, dl) = k.composite();
             let mut b = Vec::new();
             encode_entry(&mut b, (&[], None), &c, dl, &tail);
             self.blocks.insert(0, b.into_boxed_slice());
             self.keys += 1;
-            return None;
+            return;
         }
-        if let Some((block, raw)) = self.find(&k) {
-            let old = decode_tail(&self.blocks[block][raw.tail..raw.end]);
-            self.set_tail(block, &raw, &tail);
-            return Some(old);
-        }
-        // A new key: its neighbours are re-encoded around it.
-        let s = self.seek(&k);
+        let s = self.seek_in(block, k);
         let bytes = &self.blocks[s.block];
-        let (c, dl) = k.composite();
         let mut b = Vec::with_capacity(bytes.len() + c.len() + tail.len() + 8);
         match &s.at {
             Some((next, next_key, _)) => {
@@ -520,7 +553,6 @@ impl Directory {
         }
         self.replace_block(s.block, b);
         self.keys += 1;
-        None
     }
 
     /// Replaces the entry of an existing key with `e` only if `still(old)`

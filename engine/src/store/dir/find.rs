@@ -64,10 +64,15 @@ impl Directory {
     /// is not in the directory.
     pub(super) fn find(&self, k: &Key<'_>) -> Option<(usize, Raw)> {
         let block = self.block_for(k);
+        Some((block, self.find_in(block, k)?))
+    }
+
+    /// [`find`](Self::find) in `block`, which [`Directory::block_for`]
+    /// gave for `k`.
+    pub(super) fn find_in(&self, block: usize, k: &Key<'_>) -> Option<Raw> {
         let bytes = self.blocks.get(block)?;
         let dk = k.dkey.len();
-        let raw = k.with_composite(|kc| find_in_block(bytes, kc, dk))?;
-        Some((block, raw))
+        k.with_composite(|kc| find_in_block(bytes, kc, dk))
     }
 }
 

@@ -112,7 +112,24 @@ fn packed_directory_matches_model() {
     for step in 0..4000 {
         let obj = (rng.gen_range(0..2u64), rng.gen_range(0..3u128) << 100);
         let (dk, ak) = (random_part(&mut rng), random_part(&mut rng));
-        match rng.gen_range(0..11) {
+        match rng.gen_range(0..12) {
+            11 => {
+                // Upsert that keeps absent keys absent and rewrites only
+                // entries with an odd version, handing back the old entry.
+                let e = random_entry(&mut rng);
+                let k = (obj, dk.clone(), ak.clone());
+                let seen = d.upsert(obj, &dk, &ak, |old| {
+                    let new = old
+                        .as_ref()
+                        .filter(|o| o.version % 2 == 1)
+                        .map(|_| e.clone());
+                    (new, old)
+                });
+                assert_eq!(seen.as_ref(), model.get(&k));
+                if seen.is_some_and(|o| o.version % 2 == 1) {
+                    model.insert(k, e);
+                }
+            }
             10 => {
                 // Conditional replace: only entries with an even address.
                 let e = random_entry(&mut rng);
