@@ -21,6 +21,7 @@
 //! buckets = 262144                        # main-area buckets per target (any count ≥ 4)
 //! overflow_buckets = 65536
 //! hugetlb = false
+//! populate = false                        # fault the regions in writable at start (resident)
 //! hot_value_max = "4K"                    # keep live values up to this size in the ring (0: off)
 //!
 //! [limits]
@@ -117,6 +118,10 @@ pub struct CacheConfig {
     pub buckets: u64,
     pub overflow_buckets: u32,
     pub hugetlb: bool,
+    /// Fault the ring and bucket regions in, writable, when a target
+    /// opens: appends never stop on a page fault, and the memory is
+    /// resident from the start (as a registered region is anyway).
+    pub populate: bool,
     /// Live records whose value is at most this big are copied forward
     /// before the ring overwrites them, so clients keep reading them
     /// one-sided (0: off). Bounded to a quarter of the ring's traffic.
@@ -201,6 +206,7 @@ impl Default for CacheConfig {
             buckets: 1 << 18,
             overflow_buckets: 1 << 16,
             hugetlb: false,
+            populate: false,
             hot_value_max: Size(4 << 10),
         }
     }
@@ -245,6 +251,7 @@ impl EngineConfig {
                 buckets: 1 << 16,
                 overflow_buckets: 1 << 14,
                 hugetlb: false,
+                populate: false,
                 hot_value_max: Size(4 << 10),
             },
             ..Self::default()

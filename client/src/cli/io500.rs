@@ -216,6 +216,9 @@ fn embedded(args: &Args) -> anyhow::Result<(Client, String)> {
         config.cache.ring_bytes = ferrite_engine::config::Size(ring);
         config.cache.buckets = 1 << 20;
         config.cache.overflow_buckets = 1 << 18;
+        // The first client maps (populates) every ring anyway: faulting them in writable at
+        // open instead spares the xstreams a page fault on every page they append to.
+        config.cache.populate = true;
     })
     .context("start an embedded engine")?;
     let targets = client.targets().len();

@@ -122,6 +122,7 @@ fn store_config(config: &EngineConfig, target: usize) -> StoreConfig {
         ring_bytes: config.cache.ring_bytes.0,
         hot_value_max: config.cache.hot_value_max.0 as u32,
         hugetlb: config.cache.hugetlb,
+        populate: config.cache.populate,
         durability: config.durability,
         flush_interval: std::time::Duration::from_millis(config.flush_interval_ms.max(1)),
         ..StoreConfig::default()

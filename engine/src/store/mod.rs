@@ -112,6 +112,8 @@ pub struct StoreConfig {
     pub segment_bytes: u64,
     /// Back regions with 2 MiB huge pages.
     pub hugetlb: bool,
+    /// Fault the regions in, writable, at open ([`Region::populate`]).
+    pub populate: bool,
     /// When updates are acknowledged.
     pub durability: Durability,
     /// Background flush period under [`Durability::Process`].
@@ -133,6 +135,7 @@ impl Default for StoreConfig {
             max_commit_bytes: 4 << 20,
             segment_bytes: 4 << 20,
             hugetlb: false,
+            populate: false,
             durability: Durability::Device,
             flush_interval: std::time::Duration::from_secs(1),
             hot_value_max: 1024,

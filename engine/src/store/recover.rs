@@ -16,13 +16,18 @@ use std::sync::Arc;
 /// Bytes the replay reads from the device at a time.
 const REPLAY_CHUNK_BYTES: u64 = 4 << 20;
 
-fn region(id: u32, name: &'static str, len: usize, huge: bool) -> Result<Region> {
-    let r = if huge {
+fn region(id: u32, name: &'static str, len: usize, config: &StoreConfig) -> Result<Region> {
+    let r = if config.hugetlb {
         Region::new_hugetlb(id, name, len)
     } else {
         Region::new(id, name, len)
     };
-    r.map_err(|source| StoreError::Region { name, source })
+    let r = r.map_err(|source| StoreError::Region { name, source })?;
+    if config.populate {
+        r.populate()
+            .map_err(|source| StoreError::Region { name, source })?;
+    }
+    Ok(r)
 }
 
 impl Store {
@@ -69,13 +74,13 @@ impl Store {
             config.region_id,
             "buckets",
             total * BUCKET_BYTES,
-            config.hugetlb,
+            &config,
         )?);
         let ring = Arc::new(region(
             config.region_id + 1,
             "log",
             geo.ring_bytes as usize,
-            config.hugetlb,
+            &config,
         )?);
         let table = BucketTable::new(buckets, config.bucket_count, config.overflow_buckets);
         let store = Self {
