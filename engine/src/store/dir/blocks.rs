@@ -152,29 +152,18 @@ impl Blocks {
     /// none does. `at_most` must hold of a prefix of the blocks (it is "the
     /// block's first key is at most the wanted one").
     pub(super) fn search(&self, at_most: impl Fn(&Fence, &[u8]) -> bool) -> usize {
-        let (mut lo, mut hi) = (0, self.runs.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if at_most(&self.heads[mid], &self.runs[mid].blocks[0]) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let Some(r) = lo.checked_sub(1) else {
+        let runs = count_true(0, self.runs.len(), |r| {
+            at_most(&self.heads[r], &self.runs[r].blocks[0])
+        });
+        let Some(r) = runs.checked_sub(1) else {
             return 0;
         };
         let run = &self.runs[r];
-        let (mut lo, mut hi) = (1, run.fences.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if at_most(&run.fences[mid], &run.blocks[mid]) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        self.starts[r] + lo - 1
+        // The run's first block is at most the key (its head is).
+        let in_run = count_true(1, run.blocks.len(), |i| {
+            at_most(&run.fences[i], &run.blocks[i])
+        });
+        self.starts[r] + in_run - 1
     }
 
     /// The blocks from index `i` on, in order.
@@ -228,6 +217,20 @@ impl Blocks {
         }
         assert_eq!(at, self.len);
     }
+}
+
+/// `lo` plus how many of `lo..hi` satisfy `pred`, which holds of a prefix
+/// of the range (a binary search).
+fn count_true(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 impl Index<usize> for Blocks {
