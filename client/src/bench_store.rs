@@ -59,6 +59,9 @@ pub struct BenchStoreArgs {
     /// Skip the cleaner idle-vs-busy case.
     #[arg(long)]
     pub no_cleaner: bool,
+    /// Run only the cleaner idle-vs-busy case (no update/fetch cases).
+    #[arg(long, conflicts_with = "no_cleaner")]
+    pub cleaner_only: bool,
     /// Largest fill of the bucket table (keys over all slots) to size it
     /// for; chaining with the default overflow pool fills to about 0.66.
     #[arg(long, default_value_t = 0.6)]
@@ -159,7 +162,7 @@ mod imp {
         };
         let mut figures = Vec::new();
         for kind in &args.bdevs {
-            for &size in &args.sizes {
+            for &size in args.sizes.iter().filter(|_| !args.cleaner_only) {
                 let r = case(args, kind, size, &dir);
                 let _ = std::fs::remove_file(device_file(&dir, &format!("{kind}-{size}")));
                 figures.extend(r?);

@@ -93,6 +93,7 @@ fn overwrites_stay_within_twice_the_live_data() {
             assert!(st.bytes_appended > 2 * st.log_capacity_bytes);
             assert!(max_used.get() <= 2 * st.live_bytes + 6 * cfg().segment_bytes);
             assert!(st.cleaner_passes > 0);
+            assert_eq!(st.commits_led_off_home, 0, "the cleaner led a commit");
             assert!(st.cleaner_dead_by_slot > 0, "every dead record took a directory seek");
             // Once the cleaner is done the log is within 2x of the live
             // data with no slack on top, though here the live data is only
@@ -177,6 +178,44 @@ fn a_cleaning_pass_commits_its_copies_together() {
             "{commits} commits for {} copies",
             report.records_copied
         );
+        for k in 0..KEYS {
+            let last = if k % 4 == 0 { 0 } else { 3 };
+            assert_eq!(get(&s, k).await, Some(value(k, last)), "key {k}");
+        }
+    });
+}
+
+/// The background cleaner's copies are committed by a group commit led
+/// from the store's home task queue, not from the cleaner's low-share queue
+/// (foreground requests that join a commit wait for its leader, and a
+/// leader in the cleaner's queue runs only when that queue's turn comes).
+/// No foreground writes run meanwhile, so every commit the cleaner needs is
+/// one it has to start itself.
+#[test]
+fn the_cleaners_commits_are_led_from_the_home_queue() {
+    on_fresh_store(|s| async move {
+        for round in 0..4 {
+            for k in (0..KEYS).filter(|k| round == 0 || k % 4 != 0) {
+                put(&s, k, &value(k, round)).await;
+            }
+        }
+        assert!(s.cleaning_due(), "{:?}", s.stats());
+        let before = s.stats();
+        let cleaner = s.spawn_cleaner();
+        for _ in 0..500 {
+            let st = s.stats();
+            if st.cleaner_passes > before.cleaner_passes && !s.cleaning_wanted() {
+                break;
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        s.stop_cleaner();
+        cleaner.await;
+        let st = s.stats();
+        println!("{st:?}");
+        assert!(st.cleaner_records_copied > before.cleaner_records_copied);
+        assert!(st.commits > before.commits);
+        assert_eq!(st.commits_led_off_home, 0, "the cleaner led a commit");
         for k in 0..KEYS {
             let last = if k % 4 == 0 { 0 } else { 3 };
             assert_eq!(get(&s, k).await, Some(value(k, last)), "key {k}");

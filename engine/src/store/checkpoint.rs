@@ -110,9 +110,11 @@ impl Store {
         let (header, buf, written) = {
             let log = self.log.borrow();
             let replay_start = log.pending.front().map_or(log.head, |p| p.addr);
-            let mut body = Vec::new();
+            let mut bufs = self.checkpoint_bufs.borrow_mut();
+            let (body, kept) = &mut *bufs;
+            body.clear();
             let dir = self.dir.borrow();
-            dir.for_each(|obj, d, a, e| encode_entry(&mut body, obj, d, a, e));
+            dir.for_each(|obj, d, a, e| encode_entry(body, obj, d, a, e));
             let have = self.geo.checkpoint_bytes - HEADER_UNIT_BYTES;
             if body.len() as u64 > have {
                 return Err(StoreError::CheckpointTooLarge {
@@ -127,23 +129,27 @@ impl Store {
                 next_version: self.next_version.get(),
                 entry_count: dir.len() as u64,
                 body_bytes: body.len() as u64,
-                body_crc: crc32fast::hash(&body),
+                body_crc: crc32fast::hash(body),
             };
             let bs = self.geo.block_size as usize;
             let len = unit + body.len().div_ceil(bs) * bs;
-            let mut buf = self
-                .chan
-                .alloc(len)
-                .map_err(|e| self.device_error("alloc", e))?;
-            header.encode(&mut buf.as_mut_slice()[..unit]);
-            buf.as_mut_slice()[unit..unit + body.len()].copy_from_slice(&body);
+            let mut buf = self.io_buffer(kept.take(), len)?;
+            let out = buf.as_mut_slice();
+            header.encode(&mut out[..unit]);
+            out[unit..unit + body.len()].copy_from_slice(body);
+            // A reused buffer holds an earlier checkpoint's bytes here.
+            out[unit + body.len()..].fill(0);
             (header, buf, log.durable)
         };
         let area = self.geo.checkpoint_area(header.generation);
         let len = buf.len() as u64;
-        if let Err(e) = self.chan.write(area, buf).await {
-            self.set_poison(format!("checkpoint write: {e}"));
-            return Err(self.device_error("checkpoint write", e));
+        match self.chan.write(area, buf).await {
+            Ok(buf) if !buf.is_pooled() => self.checkpoint_bufs.borrow_mut().1 = Some(buf),
+            Ok(_) => {}
+            Err(e) => {
+                self.set_poison(format!("checkpoint write: {e}"));
+                return Err(self.device_error("checkpoint write", e));
+            }
         }
         if let Err(e) = self.chan.flush().await {
             self.set_poison(format!("checkpoint flush: {e}"));

@@ -35,6 +35,15 @@ const CLEANER_BACKOFF: Duration = Duration::from_millis(40);
 const CHECKPOINT_AMORTIZE: u64 = 8;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
+/// The cleaner's device reads: a read the page cache holds completes in
+/// the submitting thread (io_uring copies it inline), so it is one of the
+/// cleaner's slices, and a 4 MiB one held every foreground request on the
+/// xstream for milliseconds.
+const CLEANER_READ_BYTES: u64 = 256 << 10;
+/// Longest the cleaner runs before it lets the foreground run: the delay it
+/// can add to a foreground request (the xstream's preempt timer is
+/// milliseconds long).
+const CLEANER_SLICE: Duration = Duration::from_micros(100);
 
 /// What one cleaning pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -103,9 +112,6 @@ impl Store {
         room: u64,
     ) -> Result<Step> {
         let key = view.key();
-        if self.has_pending(key.hash().0) {
-            return Ok(Step::Blocked);
-        }
         let extent = view.flags().has(RecordFlags::EXTENT);
         // The live parts of the record: (value bytes, extent offset).
         let parts: Vec<(&[u8], u64)> = {
@@ -133,6 +139,14 @@ impl Store {
         };
         if parts.is_empty() {
             return Ok(Step::Done);
+        }
+        // Live now, and an update or punch of the key is waiting to be
+        // published: a copy appended now would follow it in log order and
+        // undo it on replay. (A record already dead stays dead whatever is
+        // pending, so that case is answered above without waiting for a
+        // commit: the cleaner met it for every hot key's old records.)
+        if self.has_pending(key.hash().0) {
+            return Ok(Step::Blocked);
         }
         let (mut appended, mut used) = (0u64, 0u64);
         for (i, &(value, extent_offset)) in parts.iter().enumerate() {
@@ -231,8 +245,9 @@ impl Store {
         let end = limit.min(start + budget);
         let ring = self.geo.ring_bytes;
         let mut report = CleanReport::default();
-        let mut reader = LogReader::default();
+        let mut reader = LogReader::with_chunk(CLEANER_READ_BYTES);
         let mut at = start;
+        let mut slice = Slice::start();
         while at < end {
             let left = ring - at % ring;
             if left < HEADER_BYTES as u64 {
@@ -240,7 +255,7 @@ impl Store {
                 continue;
             }
             let bytes = self.read_for_clean(&mut reader, at, left).await?;
-            let view = RecordView::parse(&bytes).map_err(|source| StoreError::Corrupt {
+            let view = RecordView::parse(bytes).map_err(|source| StoreError::Corrupt {
                 device: self.device.clone(),
                 addr: at,
                 source,
@@ -257,7 +272,7 @@ impl Store {
                 }
             }
             at += view.len() as u64;
-            glommio::yield_if_needed().await;
+            slice.tick().await;
         }
         let head = self.log.borrow().head;
         self.wait_durable(head).await?;
@@ -272,7 +287,14 @@ impl Store {
         Ok(report)
     }
 
-    async fn read_for_clean(&self, reader: &mut LogReader, at: u64, left: u64) -> Result<Vec<u8>> {
+    /// The bytes of the record at `at` (and possibly some after it), `left`
+    /// bytes before the ring's end, in `reader`'s window (no copy).
+    async fn read_for_clean<'r>(
+        &self,
+        reader: &'r mut LogReader,
+        at: u64,
+        left: u64,
+    ) -> Result<&'r [u8]> {
         let corrupt = |what: &'static str| StoreError::Corrupt {
             device: self.device.clone(),
             addr: at,
@@ -289,11 +311,10 @@ impl Store {
             head[OFF_VALUE_LEN + 3],
         ]) as u64;
         let n = left.min(HEADER_BYTES as u64 + 8192 + vl + 8) as usize;
-        let b = reader
+        reader
             .get(self, at, n)
             .await?
-            .ok_or_else(|| corrupt("record crosses the log end"))?;
-        Ok(b.to_vec())
+            .ok_or_else(|| corrupt("record crosses the log end"))
     }
 
     /// The head at which [`Store::cleaning_due`] turns true if neither
@@ -340,6 +361,7 @@ impl Store {
     pub fn spawn_cleaner(self: &Rc<Self>) -> glommio::task::JoinHandle<()> {
         self.cleaner_stop.set(false);
         self.cleaner_active.set(true);
+        *self.me.borrow_mut() = Rc::downgrade(self);
         let tq = glommio::executor().create_task_queue(
             Shares::Static(CLEANER_SHARES),
             Latency::NotImportant,
@@ -356,5 +378,22 @@ impl Store {
     pub fn stop_cleaner(&self) {
         self.cleaner_stop.set(true);
         self.head_watch.wake_all();
+    }
+}
+
+/// The cleaner's time slice: [`Slice::tick`] yields the task queue once the
+/// slice has run [`CLEANER_SLICE`] (or the executor wants to preempt).
+struct Slice(std::time::Instant);
+
+impl Slice {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    async fn tick(&mut self) {
+        if self.0.elapsed() >= CLEANER_SLICE || glommio::executor().need_preempt() {
+            glommio::executor().yield_task_queue_now().await;
+            self.0 = std::time::Instant::now();
+        }
     }
 }

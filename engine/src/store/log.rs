@@ -312,6 +312,9 @@ impl Store {
     /// Returns once every byte before `end` is durable (written, and flushed
     /// under [`Durability::Device`]) and published,
     /// committing (as the leader) or waiting for the leader's commit.
+    /// The leader runs in the store's home task queue: a leader in the
+    /// cleaner's low-share queue would hold every foreground request that
+    /// joined its commit until the scheduler came back to that queue.
     pub(crate) async fn wait_durable(&self, end: u64) -> Result<()> {
         loop {
             self.check_writable()?;
@@ -325,17 +328,43 @@ impl Store {
                 continue;
             }
             self.committing.set(true);
-            // Let the other ready tasks of this xstream append first, so
-            // that they share this commit even on devices that complete
-            // at once (malloc, pmem).
-            ferrite_xstream::yield_now().await;
-            let r = self.commit_once().await;
-            self.committing.set(false);
-            for w in self.waiters.borrow_mut().drain(..) {
-                let _ = w.send(());
+            match self.leader_at_home() {
+                Some(task) => task.await?,
+                None => self.lead_commit().await?,
             }
-            r?;
         }
+    }
+
+    /// A commit led by a new task in the home queue, when the caller runs
+    /// in another queue (the cleaner's) and the store can be reached from
+    /// a task (it is in an `Rc`: [`Store::spawn_cleaner`]).
+    fn leader_at_home(&self) -> Option<glommio::Task<Result<()>>> {
+        let home = self.home_queue?;
+        if glommio::executor().current_task_queue() == home {
+            return None;
+        }
+        let me = self.me.borrow().upgrade()?;
+        glommio::spawn_local_into(async move { me.lead_commit().await }, home).ok()
+    }
+
+    /// One group commit as the leader (`committing` already set): lets the
+    /// other ready tasks of this xstream append first, so that they share
+    /// this commit even on devices that complete at once (malloc, pmem),
+    /// then commits and wakes the followers.
+    async fn lead_commit(&self) -> Result<()> {
+        if self
+            .home_queue
+            .is_some_and(|home| glommio::executor().current_task_queue() != home)
+        {
+            self.counters.borrow_mut().commits_led_off_home += 1;
+        }
+        ferrite_xstream::yield_now().await;
+        let r = self.commit_once().await;
+        self.committing.set(false);
+        for w in self.waiters.borrow_mut().drain(..) {
+            let _ = w.send(());
+        }
+        r
     }
 
     /// Copies `[from, to)` out of the ring into `out` (may cross ring ends).
@@ -355,14 +384,23 @@ impl Store {
     /// heap buffer when it is big enough, else a new one (a pool slot when
     /// one fits).
     fn commit_buffer(&self, len: usize) -> Result<IoBuf> {
-        let mut kept = self.commit_buf.borrow_mut();
-        if let Some(mut b) = kept.take_if(|b| b.capacity() >= len) {
-            b.set_len(len);
-            return Ok(b);
+        let kept = self.commit_buf.borrow_mut().take();
+        self.io_buffer(kept, len)
+    }
+
+    /// `kept` holding `len` bytes when its capacity allows, else a new
+    /// buffer from the channel (a pool slot when one fits).
+    pub(crate) fn io_buffer(&self, kept: Option<IoBuf>, len: usize) -> Result<IoBuf> {
+        match kept {
+            Some(mut b) if b.capacity() >= len => {
+                b.set_len(len);
+                Ok(b)
+            }
+            _ => self
+                .chan
+                .alloc(len)
+                .map_err(|e| self.device_error("alloc", e)),
         }
-        self.chan
-            .alloc(len)
-            .map_err(|e| self.device_error("alloc", e))
     }
 
     /// One group commit: writes everything appended since the last commit
@@ -411,7 +449,10 @@ impl Store {
             log.tail_block = buf.as_slice()[from..from + keep].to_vec();
         }
         if !buf.is_pooled() {
-            *self.commit_buf.borrow_mut() = Some(buf);
+            let mut kept = self.commit_buf.borrow_mut();
+            if kept.as_ref().is_none_or(|k| k.capacity() < buf.capacity()) {
+                *kept = Some(buf);
+            }
         }
         self.counters.borrow_mut().commits += 1;
         self.publish_upto(end)
@@ -453,14 +494,21 @@ impl Store {
     /// Reads `len` bytes of log starting at `addr` from the device. Returns
     /// the buffer and the offset of `addr` in it.
     pub(crate) async fn read_log(&self, addr: u64, len: usize) -> Result<(IoBuf, usize)> {
+        self.read_log_into(addr, len, None).await
+    }
+
+    /// [`Store::read_log`] into `reuse` when it is big enough.
+    pub(crate) async fn read_log_into(
+        &self,
+        addr: u64,
+        len: usize,
+        reuse: Option<IoBuf>,
+    ) -> Result<(IoBuf, usize)> {
         let bs = u64::from(self.geo.block_size);
         let dev = self.geo.log_device_offset(addr);
         let start = dev / bs * bs;
         let end = (dev + len as u64).div_ceil(bs) * bs;
-        let buf = self
-            .chan
-            .alloc((end - start) as usize)
-            .map_err(|e| self.device_error("alloc", e))?;
+        let buf = self.io_buffer(reuse, (end - start) as usize)?;
         self.counters.borrow_mut().device_reads += 1;
         let buf = self
             .chan

@@ -265,6 +265,10 @@ pub struct StoreStats {
     /// Writes that stopped waiting for the cleaner (over the disk budget for
     /// the whole wait) and went on.
     pub cleaner_wait_timeouts: u64,
+    /// Group commits led by a task outside the store's home task queue
+    /// (the queue it was opened in). A commit the cleaner needs is led from
+    /// home, so this stays 0 with a running cleaner.
+    pub commits_led_off_home: u64,
     /// Small live records the keeper copied forward to keep them in the ring.
     pub keeper_records_kept: u64,
     pub keeper_bytes_kept: u64,
@@ -298,6 +302,7 @@ struct Counters {
     cleaner_bytes_copied: u64,
     cleaner_dead_by_slot: u64,
     cleaner_wait_timeouts: u64,
+    commits_led_off_home: u64,
     keeper_records_kept: u64,
     keeper_bytes_kept: u64,
     keeper_skipped_bytes: u64,
@@ -318,10 +323,13 @@ pub struct Store {
     dir: RefCell<Directory>,
     log: RefCell<log::LogState>,
     committing: Cell<bool>,
-    /// The buffer of the last group commit that came from the heap (bigger
-    /// than a pool slot), reused by the next: commits are one at a time, and
-    /// a fresh multi-megabyte buffer per commit costs page faults.
+    /// The biggest group commit buffer that came from the heap (bigger
+    /// than a pool slot), reused by the next commits: commits are one at a
+    /// time, and a fresh multi-megabyte buffer per commit costs page faults.
     commit_buf: RefCell<Option<IoBuf>>,
+    /// The last checkpoint's body and device buffer, reused by the next
+    /// (checkpoints are one at a time, under `checkpoint_lock`).
+    checkpoint_bufs: RefCell<(Vec<u8>, Option<IoBuf>)>,
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
     poison: RefCell<Option<String>>,
     next_version: Cell<u64>,
@@ -336,6 +344,12 @@ pub struct Store {
     /// Wakes the cleaner and the keeper as the head moves.
     head_watch: watch::HeadWatch,
     cleaner_active: Cell<bool>,
+    /// The task queue the store was opened in (its xstream's foreground),
+    /// where group commits are led ([`Store::wait_durable`]).
+    home_queue: Option<glommio::TaskQueueHandle>,
+    /// The `Rc` the store lives in, once [`Store::spawn_cleaner`] has seen
+    /// it: lets a cleaner's commit be led by a task in `home_queue`.
+    me: RefCell<std::rc::Weak<Store>>,
     keeper: Cell<keeper::KeeperState>,
     /// Every log byte before this is on stable media.
     flushed_upto: Cell<u64>,
@@ -425,6 +439,7 @@ impl Store {
             cleaner_bytes_copied: c.cleaner_bytes_copied,
             cleaner_dead_by_slot: c.cleaner_dead_by_slot,
             cleaner_wait_timeouts: c.cleaner_wait_timeouts,
+            commits_led_off_home: c.commits_led_off_home,
             keeper_records_kept: c.keeper_records_kept,
             keeper_bytes_kept: c.keeper_bytes_kept,
             keeper_skipped_bytes: c.keeper_skipped_bytes,

@@ -7,7 +7,7 @@ use super::log::LogState;
 use super::{Counters, Store, StoreConfig, StoreError};
 use crate::region::Region;
 use crate::store::error::Result;
-use ferrite_bdev::{BdevRef, Channel};
+use ferrite_bdev::{BdevRef, Channel, IoBuf};
 use ferrite_proto::bucket::BUCKET_BYTES;
 use ferrite_proto::record::{RecordView, HEADER_BYTES, OFF_VALUE_LEN};
 use std::cell::{Cell, RefCell};
@@ -95,6 +95,7 @@ impl Store {
             log: RefCell::new(LogState::default()),
             committing: Cell::new(false),
             commit_buf: RefCell::new(None),
+            checkpoint_bufs: RefCell::default(),
             waiters: RefCell::default(),
             poison: RefCell::new(None),
             next_version: Cell::new(1),
@@ -105,6 +106,8 @@ impl Store {
             cleaner_stop: Cell::new(false),
             head_watch: Default::default(),
             cleaner_active: Cell::new(false),
+            home_queue: Some(glommio::executor().current_task_queue()),
+            me: RefCell::default(),
             checkpoint_bytes: Cell::new(0),
             keeper: Cell::new(Default::default()),
             flushed_upto: Cell::new(0),
@@ -294,14 +297,34 @@ async fn read_at(chan: &dyn Channel, device: &str, offset: u64, len: u64) -> Res
     Ok(buf.as_slice().to_vec())
 }
 
-/// Sequential reads of the device log through a window buffer.
-#[derive(Default)]
+/// Sequential reads of the device log through a window buffer, reused
+/// from one window to the next.
 pub(crate) struct LogReader {
+    /// Log address of the window's first byte.
     start: u64,
-    bytes: Vec<u8>,
+    /// The window (its whole length); `None` before the first read.
+    buf: Option<IoBuf>,
+    /// Bytes a window holds at least (unless the log ends first).
+    chunk: u64,
+}
+
+impl Default for LogReader {
+    /// Windows of [`REPLAY_CHUNK_BYTES`], for recovery's replay.
+    fn default() -> Self {
+        Self::with_chunk(REPLAY_CHUNK_BYTES)
+    }
 }
 
 impl LogReader {
+    /// Windows of `chunk` bytes.
+    pub fn with_chunk(chunk: u64) -> Self {
+        Self {
+            start: 0,
+            buf: None,
+            chunk,
+        }
+    }
+
     /// `len` bytes at log address `addr`, or `None` if they would cross the
     /// end of the device log (no record does).
     pub async fn get(&mut self, store: &Store, addr: u64, len: usize) -> Result<Option<&[u8]>> {
@@ -309,31 +332,42 @@ impl LogReader {
         if addr + len as u64 > lap_end {
             return Ok(None);
         }
-        let have = addr >= self.start && addr + len as u64 <= self.start + self.bytes.len() as u64;
+        let window = self.buf.as_ref().map_or(0, |b| b.len() as u64);
+        let have = addr >= self.start && addr + len as u64 <= self.start + window;
         let head = store.log.borrow().head;
         if !have && addr + len as u64 <= head && store.resident(addr) {
             // Still in the memory ring (the cleaner's common case once the
             // ring holds gigabytes, and bulk commits bypass the page cache):
             // copied out now, with no await between the check and the copy.
             let n = (len as u64)
-                .max(REPLAY_CHUNK_BYTES)
+                .max(self.chunk)
                 .min(head - addr)
-                .min(lap_end - addr);
-            self.bytes.resize(n as usize, 0);
-            store.copy_from_ring(addr, addr + n, &mut self.bytes);
+                .min(lap_end - addr) as usize;
+            // Any length (a device buffer must be whole blocks).
+            let mut b = match self.buf.take() {
+                Some(mut b) if b.capacity() >= n => {
+                    b.set_len(n);
+                    b
+                }
+                _ => IoBuf::new(n),
+            };
+            store.copy_from_ring(addr, addr + n as u64, b.as_mut_slice());
+            self.buf = Some(b);
             self.start = addr;
         } else if !have {
             let bs = u64::from(store.geo.block_size);
             let start = addr / bs * bs;
-            let want = (addr + len as u64 - start).max(REPLAY_CHUNK_BYTES);
+            let want = (addr + len as u64 - start).max(self.chunk);
             let n = want.min(lap_end - start).div_ceil(bs) * bs;
             let n = n.min(lap_end - start);
-            let (buf, off) = store.read_log(start, n as usize).await?;
+            let (buf, off) = store
+                .read_log_into(start, n as usize, self.buf.take())
+                .await?;
             debug_assert_eq!(off, 0);
             self.start = start;
-            self.bytes = buf.as_slice().to_vec();
+            self.buf = Some(buf);
         }
         let o = (addr - self.start) as usize;
-        Ok(Some(&self.bytes[o..o + len]))
+        Ok(self.buf.as_ref().map(|b| &b.as_slice()[o..o + len]))
     }
 }
