@@ -20,7 +20,6 @@ use super::recover::LogReader;
 use super::{Store, StoreError};
 use crate::store::error::Result;
 use ferrite_proto::record::{record_len, RecordFlags, RecordView, HEADER_BYTES, OFF_VALUE_LEN};
-use glommio::{Latency, Shares};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -361,17 +360,9 @@ impl Store {
     pub fn spawn_cleaner(self: &Rc<Self>) -> glommio::task::JoinHandle<()> {
         self.cleaner_stop.set(false);
         self.cleaner_active.set(true);
-        *self.me.borrow_mut() = Rc::downgrade(self);
-        let tq = glommio::executor().create_task_queue(
-            Shares::Static(CLEANER_SHARES),
-            Latency::NotImportant,
-            "store-cleaner",
-        );
-        let fut = Rc::clone(self).run_cleaner(CLEANER_BACKOFF);
-        match glommio::spawn_local_into(fut, tq) {
-            Ok(t) => t.detach(),
-            Err(_) => glommio::spawn_local(Rc::clone(self).run_cleaner(CLEANER_BACKOFF)).detach(),
-        }
+        self.spawn_background(CLEANER_SHARES, "store-cleaner", || {
+            Rc::clone(self).run_cleaner(CLEANER_BACKOFF)
+        })
     }
 
     /// Asks a running cleaner to stop after its current pass.

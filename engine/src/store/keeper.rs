@@ -32,7 +32,6 @@ use ferrite_proto::record::{
     RecordFlags, RecordView, HEADER_BYTES, OFF_AKEY_LEN, OFF_DKEY_LEN, OFF_FLAGS, OFF_MAGIC,
     OFF_STATE, OFF_VALUE_LEN, RECORD_ALIGN, RECORD_MAGIC, STATE_SUPERSEDED,
 };
-use glommio::{Latency, Shares};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -213,19 +212,8 @@ impl Store {
             lap: head / self.geo.ring_bytes,
             lap_copied: 0,
         });
-        let tq = glommio::executor().create_task_queue(
-            Shares::Static(KEEPER_SHARES),
-            Latency::NotImportant,
-            "store-keeper",
-        );
-        let fut = Rc::clone(self).run_keeper();
-        match glommio::spawn_local_into(fut, tq) {
-            Ok(t) => {
-                t.detach();
-            }
-            Err(_) => {
-                glommio::spawn_local(Rc::clone(self).run_keeper()).detach();
-            }
-        }
+        self.spawn_background(KEEPER_SHARES, "store-keeper", || {
+            Rc::clone(self).run_keeper()
+        });
     }
 }

@@ -23,8 +23,10 @@ use ferrite_proto::record::{
     STATE_SUPERSEDED, VALUE_MAX_BYTES,
 };
 use futures::channel::oneshot;
+use glommio::{Latency, Shares};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Waits for space (1 ms each) before giving up with `LogFull`.
@@ -339,12 +341,43 @@ impl Store {
     /// in another queue (the cleaner's) and the store can be reached from
     /// a task (it is in an `Rc`: [`Store::spawn_cleaner`]).
     fn leader_at_home(&self) -> Option<glommio::Task<Result<()>>> {
-        let home = self.home_queue?;
-        if glommio::executor().current_task_queue() == home {
+        if !self.off_home() {
             return None;
         }
         let me = self.me.borrow().upgrade()?;
-        glommio::spawn_local_into(async move { me.lead_commit().await }, home).ok()
+        glommio::spawn_local_into(async move { me.lead_commit().await }, self.home_queue?).ok()
+    }
+
+    /// Is the caller running outside the store's home task queue?
+    fn off_home(&self) -> bool {
+        self.home_queue
+            .is_some_and(|home| glommio::executor().current_task_queue() != home)
+    }
+
+    /// Spawns the future `make` builds, detached, on a new
+    /// latency-insensitive task queue of the current executor with `shares`
+    /// (on the current queue if that fails), and records the store's `Rc`
+    /// so that the group commits the task needs are led from the home
+    /// queue ([`Store::wait_durable`]).
+    pub(super) fn spawn_background<F>(
+        self: &Rc<Self>,
+        shares: usize,
+        name: &'static str,
+        make: impl Fn() -> F,
+    ) -> glommio::task::JoinHandle<()>
+    where
+        F: std::future::Future<Output = ()> + 'static,
+    {
+        *self.me.borrow_mut() = Rc::downgrade(self);
+        let tq = glommio::executor().create_task_queue(
+            Shares::Static(shares),
+            Latency::NotImportant,
+            name,
+        );
+        match glommio::spawn_local_into(make(), tq) {
+            Ok(t) => t.detach(),
+            Err(_) => glommio::spawn_local(make()).detach(),
+        }
     }
 
     /// One group commit as the leader (`committing` already set): lets the
@@ -352,10 +385,7 @@ impl Store {
     /// this commit even on devices that complete at once (malloc, pmem),
     /// then commits and wakes the followers.
     async fn lead_commit(&self) -> Result<()> {
-        if self
-            .home_queue
-            .is_some_and(|home| glommio::executor().current_task_queue() != home)
-        {
+        if self.off_home() {
             self.counters.borrow_mut().commits_led_off_home += 1;
         }
         ferrite_xstream::yield_now().await;

@@ -343,14 +343,10 @@ impl LogReader {
                 .max(self.chunk)
                 .min(head - addr)
                 .min(lap_end - addr) as usize;
-            // Any length (a device buffer must be whole blocks).
-            let mut b = match self.buf.take() {
-                Some(mut b) if b.capacity() >= n => {
-                    b.set_len(n);
-                    b
-                }
-                _ => IoBuf::new(n),
-            };
+            // A device buffer is whole blocks; the window is `n` bytes.
+            let bs = store.geo.block_size as usize;
+            let mut b = store.io_buffer(self.buf.take(), n.next_multiple_of(bs))?;
+            b.set_len(n);
             store.copy_from_ring(addr, addr + n as u64, b.as_mut_slice());
             self.buf = Some(b);
             self.start = addr;
