@@ -156,18 +156,30 @@ async fn get(s: &Store, k: u32) -> Option<Vec<u8>> {
     got.map(|g| g.1)
 }
 
+/// Every key once, then three more rounds of all but each fourth: the
+/// oldest segments hold those fourth keys' only records.
+async fn put_cold_fourths(s: &Store) {
+    for round in 0..4 {
+        for k in (0..KEYS).filter(|k| round == 0 || k % 4 != 0) {
+            put(s, k, &value(k, round)).await;
+        }
+    }
+}
+
+/// Every key reads back what [`put_cold_fourths`] wrote last.
+async fn check_cold_fourths(s: &Store) {
+    for k in 0..KEYS {
+        let last = if k % 4 == 0 { 0 } else { 3 };
+        assert_eq!(get(s, k).await, Some(value(k, last)), "key {k}");
+    }
+}
+
 /// A cleaning pass commits the copies it makes together, not one commit
 /// (a block write) per relocated record.
 #[test]
 fn a_cleaning_pass_commits_its_copies_together() {
     on_fresh_store(|s| async move {
-        // Every key once, then three more rounds of all but each fourth:
-        // the oldest segments hold those fourth keys' only records.
-        for round in 0..4 {
-            for k in (0..KEYS).filter(|k| round == 0 || k % 4 != 0) {
-                put(&s, k, &value(k, round)).await;
-            }
-        }
+        put_cold_fourths(&s).await;
         let before = s.stats();
         let report = s.clean().await.unwrap();
         let commits = s.stats().commits - before.commits;
@@ -178,10 +190,7 @@ fn a_cleaning_pass_commits_its_copies_together() {
             "{commits} commits for {} copies",
             report.records_copied
         );
-        for k in 0..KEYS {
-            let last = if k % 4 == 0 { 0 } else { 3 };
-            assert_eq!(get(&s, k).await, Some(value(k, last)), "key {k}");
-        }
+        check_cold_fourths(&s).await;
     });
 }
 
@@ -194,11 +203,7 @@ fn a_cleaning_pass_commits_its_copies_together() {
 #[test]
 fn the_cleaners_commits_are_led_from_the_home_queue() {
     on_fresh_store(|s| async move {
-        for round in 0..4 {
-            for k in (0..KEYS).filter(|k| round == 0 || k % 4 != 0) {
-                put(&s, k, &value(k, round)).await;
-            }
-        }
+        put_cold_fourths(&s).await;
         assert!(s.cleaning_due(), "{:?}", s.stats());
         let before = s.stats();
         let cleaner = s.spawn_cleaner();
@@ -216,10 +221,7 @@ fn the_cleaners_commits_are_led_from_the_home_queue() {
         assert!(st.cleaner_records_copied > before.cleaner_records_copied);
         assert!(st.commits > before.commits);
         assert_eq!(st.commits_led_off_home, 0, "the cleaner led a commit");
-        for k in 0..KEYS {
-            let last = if k % 4 == 0 { 0 } else { 3 };
-            assert_eq!(get(&s, k).await, Some(value(k, last)), "key {k}");
-        }
+        check_cold_fourths(&s).await;
     });
 }
 
