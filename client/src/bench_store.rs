@@ -538,6 +538,9 @@ mod imp {
                 let cfg = StoreConfig {
                     ring_bytes: 16 << 20,
                     checkpoint_bytes: 4 << 20,
+                    // 8 segments of live data: the log is allocated and
+                    // cleaned by segment, and 2 MiB still holds 1 MiB values.
+                    segment_bytes: 2 << 20,
                     ..config(keys, args_load, 16 << 20)
                 };
                 let s = Rc::new(Store::open(bdev, cfg).await?);
@@ -601,6 +604,11 @@ mod imp {
                         "bytes_copied",
                         "B",
                         (st.cleaner_bytes_copied - before.cleaner_bytes_copied) as f64,
+                    ),
+                    f(
+                        "bytes_appended",
+                        "B",
+                        (st.bytes_appended - before.bytes_appended) as f64,
                     ),
                     f(
                         "log_used_over_live",

@@ -201,10 +201,12 @@ fn power_loss_during_keeping_loses_nothing_acknowledged() {
                 let latest = workload(&store, 2, 1, true).await;
                 // The last pass's copies sit in the ring or unflushed on the device.
                 let ring = store.stats().ring_bytes as usize;
-                let quarter = vec![0x5au8; ring / 4];
-                let bulk = RecordKey::new(1, 2, b"bulk", b"quarter");
-                store.update(&bulk, &quarter).await.unwrap();
-                store.update(&bulk, &quarter).await.unwrap();
+                // Half a ring of bulk, in records that fit a segment.
+                let eighth = vec![0x5au8; ring / 8 - 1024];
+                let bulk = RecordKey::new(1, 2, b"bulk", b"eighth");
+                for _ in 0..4 {
+                    store.update(&bulk, &eighth).await.unwrap();
+                }
                 let kept_before = store.stats().keeper_records_kept;
                 store.keep_hot().await.unwrap();
                 assert!(

@@ -124,9 +124,11 @@ impl Store {
         drop(dir);
         let (hash, slot) = slot_for(&h.key, addr, len, h.version);
         let mut live = self.live_bytes.get() + u64::from(len);
+        self.seg_live(addr, u64::from(len), 0);
         match old {
             Some(old) => {
                 live -= old.live_bytes();
+                self.seg_live(old.addr, 0, old.live_bytes());
                 self.move_slot(hash, slot, old.addr)?;
                 self.mark_superseded(old.addr);
             }
@@ -195,15 +197,18 @@ impl Store {
             } => {
                 self.live_bytes
                     .set((self.live_bytes.get() + after).saturating_sub(before));
+                self.seg_live(addr, after, before);
                 if let Some(old_slot_addr) = moved {
                     self.move_slot(hash, slot, old_slot_addr)?;
                 }
             }
             ExtentOutcome::Replaced { had } => {
                 let mut live = self.live_bytes.get() + u64::from(len);
+                self.seg_live(addr, u64::from(len), 0);
                 match had {
                     Some((old_addr, old_live)) => {
                         live -= old_live;
+                        self.seg_live(old_addr, 0, old_live);
                         self.move_slot(hash, slot, old_addr)?;
                         self.mark_superseded(old_addr);
                     }
@@ -248,6 +253,17 @@ impl Store {
         self.mark_superseded(e.addr);
         self.live_bytes
             .set(self.live_bytes.get().saturating_sub(e.live_bytes()));
+        self.seg_live(e.addr, 0, e.live_bytes());
+    }
+
+    /// Adjusts the live-byte estimate of the segment holding `addr` (a
+    /// byte array's bytes are all counted at its newest record's segment:
+    /// the exact figures come with each checkpoint).
+    fn seg_live(&self, addr: u64, add: u64, sub: u64) {
+        let n = addr / self.geo.segment_bytes;
+        let mut log = self.log.borrow_mut();
+        log.slots.add_live(n, add);
+        log.slots.sub_live(n, sub);
     }
 }
 

@@ -3,8 +3,8 @@
 //!
 //! A checkpoint is taken synchronously from the published state (every record
 //! before `replay_start` is reflected in it), then written and flushed while
-//! the xstream goes on serving. Only after the flush may the log's tail move
-//! up to the checkpoint's `log_tail`.
+//! the xstream goes on serving. Only after the flush are the log segments it
+//! found without live records freed.
 
 use super::dir::{Entry, ExtentMap, Piece};
 use super::format::*;
@@ -107,9 +107,10 @@ impl Store {
             .map_err(|e| StoreError::Invalid(format!("checkpoint lock: {e}")))?;
         self.check_writable()?;
         let unit = HEADER_UNIT_BYTES as usize;
-        let (header, buf, written) = {
+        let (header, buf, written, exact, cold) = {
             let log = self.log.borrow();
-            let replay_start = log.pending.front().map_or(log.head, |p| p.addr);
+            let replay_start = log.replay_start();
+            let cold = log.cold.map(|c| c.end / self.geo.segment_bytes - 1);
             let mut bufs = self.checkpoint_bufs.borrow_mut();
             let (body, kept) = &mut *bufs;
             body.clear();
@@ -125,7 +126,7 @@ impl Store {
             let header = CheckpointHeader {
                 generation: self.checkpoint_generation.get() + 1,
                 replay_start,
-                log_tail: log.clean_upto.min(replay_start),
+                log_tail: log.slots.low_addr(self.geo.segment_bytes),
                 next_version: self.next_version.get(),
                 entry_count: dir.len() as u64,
                 body_bytes: body.len() as u64,
@@ -139,7 +140,17 @@ impl Store {
             out[unit..unit + body.len()].copy_from_slice(body);
             // A reused buffer holds an earlier checkpoint's bytes here.
             out[unit + body.len()..].fill(0);
-            (header, buf, log.durable)
+            drop(dir);
+            drop(log);
+            let exact = self.exact_slot_live();
+            self.log.borrow_mut().slots.set_exact(&exact);
+            (
+                header,
+                buf,
+                self.log.borrow().committed_appends,
+                exact,
+                cold,
+            )
         };
         let area = self.geo.checkpoint_area(header.generation);
         let len = buf.len() as u64;
@@ -159,10 +170,7 @@ impl Store {
         self.note_flushed(written);
         self.checkpoint_generation.set(header.generation);
         self.checkpoint_bytes.set(len);
-        {
-            let mut log = self.log.borrow_mut();
-            log.tail = log.tail.max(header.log_tail);
-        }
+        self.free_dead_slots(&exact, header.replay_start, cold);
         self.counters.borrow_mut().checkpoints += 1;
         Ok(CheckpointInfo {
             generation: header.generation,

@@ -1,22 +1,28 @@
-//! The log cleaner: copies live records from the oldest part of the log to
-//! its head, checkpoints, and so frees the space behind them.
+//! The log cleaner: picks the log segments that free the most for what they
+//! cost to copy, copies their live records to the cold segment, checkpoints,
+//! and so frees them.
 //!
-//! The log is a circular FIFO: the cleaner always works at `clean_upto`, the
-//! oldest address not yet relocated. A record there is live if the key
-//! directory still points at it; it is copied forward (same key, value and
-//! version, new address) and published like any update, in log order. A copy
+//! Victims are chosen by cost-benefit (free bytes × age / (1 + live bytes),
+//! as in LFS): a segment of long-lived records is cleaned only once it has
+//! lost much of them, and the copies go to cold segments of their own, away
+//! from the foreground's hot writes, so they are not copied again and again.
+//! A record is live if the key directory still points at it; it is copied
+//! (same key, value and version, new address) and published like any update,
+//! in append order. A cold segment is opened at the hot head, so every record
+//! appended after a copy lies after it in address order. A copy
 //! is only appended while no update or punch of its key is waiting to be
 //! published, and in the same synchronous step as the liveness check, so in
 //! log order the copy is still the key's newest record and replay reaches the
 //! same state. Byte arrays are copied piece by piece (only their live bytes),
 //! so an older array record never overwrites newer extents on replay.
 //! Tombstones are never copied: the checkpoint written at the end of each pass
-//! covers them, and the tail only moves once that checkpoint is durable.
+//! covers them, and a segment is only freed once that checkpoint is durable.
 
 use super::checkpoint::CheckpointInfo;
 use super::log::AppendSpec;
 use super::ops::Held;
 use super::recover::LogReader;
+use super::segments::FREE;
 use super::{Store, StoreError};
 use crate::store::error::Result;
 use ferrite_proto::record::{record_len, RecordFlags, RecordView, HEADER_BYTES, OFF_VALUE_LEN};
@@ -32,6 +38,12 @@ const CLEANER_BACKOFF: Duration = Duration::from_millis(40);
 /// A cleaning pass scans at least this many times the bytes of the last
 /// checkpoint (at most a quarter of the log).
 const CHECKPOINT_AMORTIZE: u64 = 8;
+/// A pass stops choosing victims once they free this many segments: its
+/// copies need room until the checkpoint that ends it frees the victims,
+/// so short passes keep the log's peak low.
+const PASS_FREE_SEGMENTS: u64 = 2;
+/// Segments more live than this are never worth cleaning.
+const MAX_VICTIM_USE: f64 = 0.95;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
 /// The cleaner's device reads: a read the page cache holds completes in
@@ -66,49 +78,43 @@ pub(super) enum Step {
 }
 
 impl Store {
-    /// Is the log using much more than the live data (1.25× plus a slack of
-    /// two segments, down to one when that is over a quarter of the live
-    /// data, so that a store of a few segments also stays within 2×), or
-    /// over three quarters of the device log? (The slack keeps a store with
-    /// little live data from cleaning, and checkpointing, all the time.)
-    /// A cleaning run, once [due](Self::cleaning_due), goes on while this
-    /// holds.
+    /// Is the log using much more than the live data (1.125× plus a
+    /// segment), or over three quarters of the device log? (The segment of
+    /// slack keeps a store with little live data from cleaning, and
+    /// checkpointing, all the time.) A cleaning run, once
+    /// [due](Self::cleaning_due), goes on while this holds.
     pub fn cleaning_wanted(&self) -> bool {
-        self.log_over(4)
+        self.log_over(8)
     }
 
     /// Should the background cleaner start a cleaning run: is the log over
-    /// 1.5× the live data plus the slack of [`Store::cleaning_wanted`], or
-    /// over three quarters of the device log? The gap between the two is
-    /// hysteresis: deletes that shrink the live data a little do not start a
-    /// run that copies everything older forward to free what they freed.
+    /// 1.25× the live data plus a segment, or over three quarters of the
+    /// device log? The gap between the two is hysteresis: deletes that
+    /// shrink the live data a little do not start a run (and its
+    /// checkpoint) to free what they freed.
     pub fn cleaning_due(&self) -> bool {
-        self.log_over(2)
+        self.log_over(4)
     }
 
     /// `used > live + live / over + slack`, or over 3/4 of the device log.
     fn log_over(&self, over: u64) -> bool {
-        let log = self.log.borrow();
-        let used = log.head - log.tail;
+        let used = self.log_used();
         let live = self.live_bytes.get();
-        used > live + live / over + self.cleaning_slack(live) || used > self.geo.log_bytes / 4 * 3
-    }
-
-    fn cleaning_slack(&self, live: u64) -> u64 {
-        let seg = self.config.segment_bytes;
-        (2 * seg).min(live / 4).max(seg)
+        used > live + live / over + self.geo.segment_bytes || used > self.geo.log_bytes / 4 * 3
     }
 
     /// One relocation step of the record `view` found at `origin`: appends
     /// a copy of every live piece of it (a single value is one piece) that
     /// fits in `room` bytes, which the caller reserved (at least the
-    /// record's length, so the first piece always fits). `Appended` says
-    /// whether pieces were left for another step.
+    /// record's length, so the first piece always fits), to the cold
+    /// segment if `cold`. `Appended` says whether pieces were left for
+    /// another step.
     pub(super) fn relocate_step(
         &self,
         origin: u64,
         view: &RecordView<'_>,
         room: u64,
+        cold: bool,
     ) -> Result<Step> {
         let key = view.key();
         let extent = view.flags().has(RecordFlags::EXTENT);
@@ -166,6 +172,7 @@ impl Store {
                 // The directory lookup above found the key (with no await
                 // since): no bucket walk to learn it again.
                 held: Some(if extent { Held::Array } else { Held::Single }),
+                cold,
             };
             let (_, len, _) = self.append_now(&spec)?;
             appended += u64::from(len);
@@ -204,7 +211,7 @@ impl Store {
         let room = view.len() as u64;
         for _ in 0..RELOCATE_ROUNDS {
             self.reserve_space(room, true).await?;
-            match self.relocate_step(origin, view, room)? {
+            match self.relocate_step(origin, view, room, true)? {
                 Step::Done => return Ok(copied),
                 Step::Appended { bytes, more } => {
                     copied += bytes;
@@ -213,8 +220,7 @@ impl Store {
                     }
                 }
                 Step::Blocked => {
-                    let head = self.log.borrow().head;
-                    self.wait_durable(head).await?;
+                    self.wait_all_durable().await?;
                 }
             }
         }
@@ -223,60 +229,91 @@ impl Store {
         )))
     }
 
-    /// One cleaning pass: relocates live records from the oldest part of the
-    /// log (at least one segment, at most a quarter of the log), then
-    /// checkpoints so the space can be reused.
+    /// The segments one cleaning pass copies out, best first: sealed and
+    /// published ones (not an open head, wholly before the first record
+    /// waiting to be published), by cost-benefit, until they free what the
+    /// log is over its target (at least a segment) and amount to at least
+    /// [`CHECKPOINT_AMORTIZE`] times the last checkpoint (at most a
+    /// quarter of the log).
+    fn choose_victims(&self) -> Vec<(u64, u64)> {
+        let seg = self.geo.segment_bytes;
+        let log = self.log.borrow();
+        let published = log.replay_start();
+        let hot = (log.hot_end > 0).then(|| log.hot_end / seg - 1);
+        let cold = log.cold.map(|c| c.end / seg - 1);
+        let slots = &log.slots;
+        let mut scored: Vec<(f64, u64, u64)> = (0..slots.held.len())
+            .filter_map(|s| {
+                let n = slots.held[s];
+                let live = slots.live[s].min(seg);
+                let open = Some(n) == hot || Some(n) == cold;
+                let sealed = n != FREE && !open && (n + 1) * seg <= published;
+                let u = live as f64 / seg as f64;
+                let age = (log.head - slots.born[s].min(log.head) + 1) as f64;
+                (sealed && u < MAX_VICTIM_USE).then(|| ((1.0 - u) * age / (1.0 + u), n, live))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let live = self.live_bytes.get();
+        let want_free = log
+            .used_bytes(seg)
+            .saturating_sub(live + live / 8 + self.geo.segment_bytes)
+            .clamp(seg, PASS_FREE_SEGMENTS * seg);
+        let want_scan =
+            (CHECKPOINT_AMORTIZE * self.checkpoint_bytes.get()).min(self.geo.log_bytes / 4);
+        let (mut freed, mut scanned) = (0, 0);
+        let mut victims = Vec::new();
+        for (_, n, live) in scored {
+            if (freed >= want_free && scanned >= want_scan) || scanned >= self.geo.log_bytes / 4 {
+                break;
+            }
+            victims.push((n, live));
+            freed += seg - live;
+            scanned += seg;
+        }
+        victims
+    }
+
+    /// One cleaning pass: copies the live records of the segments
+    /// [`Store::choose_victims`] picks to the cold segment, then
+    /// checkpoints, which frees them.
     pub async fn clean(&self) -> Result<CleanReport> {
         self.check_writable()?;
-        let (start, limit, budget) = {
-            let log = self.log.borrow();
-            let published = log.pending.front().map_or(log.durable, |p| p.addr);
-            let used = log.head - log.tail;
-            let live = self.live_bytes.get();
-            // Each pass ends with a checkpoint of the whole index: scan at
-            // least CHECKPOINT_AMORTIZE times what the last one wrote.
-            let budget = used
-                .saturating_sub(live + live / 4)
-                .max(CHECKPOINT_AMORTIZE * self.checkpoint_bytes.get())
-                .clamp(self.config.segment_bytes, self.geo.log_bytes / 4);
-            (log.clean_upto, published, budget)
-        };
-        let end = limit.min(start + budget);
-        let ring = self.geo.ring_bytes;
+        let seg = self.geo.segment_bytes;
         let mut report = CleanReport::default();
         let mut reader = LogReader::with_chunk(CLEANER_READ_BYTES);
-        let mut at = start;
         let mut slice = Slice::start();
-        while at < end {
-            let left = ring - at % ring;
-            if left < HEADER_BYTES as u64 {
-                at += left;
+        for (n, live) in self.choose_victims() {
+            if live == 0 {
+                // Nothing live by the estimate (exact for single values):
+                // the checkpoint frees it if that holds, no scan needed.
                 continue;
             }
-            let bytes = self.read_for_clean(&mut reader, at, left).await?;
-            let view = RecordView::parse(bytes).map_err(|source| StoreError::Corrupt {
-                device: self.device.clone(),
-                addr: at,
-                source,
-            })?;
-            let f = view.flags();
-            let dead = f.has(RecordFlags::PAD) || f.has(RecordFlags::TOMBSTONE);
-            if !dead && self.surely_dead(at, &view) {
-                report.records_dead_by_slot += 1;
-            } else if !dead {
-                let n = self.relocate(at, &view).await?;
-                if n > 0 {
-                    report.records_copied += 1;
-                    report.bytes_copied += n;
+            let (mut at, end) = (n * seg, (n + 1) * seg);
+            while at + (HEADER_BYTES as u64) <= end {
+                let bytes = self.read_for_clean(&mut reader, at, end - at).await?;
+                // The segment's records end at the first that does not
+                // check: the rest was never written.
+                let Some(view) = RecordView::parse(bytes).ok().filter(|v| v.addr() == at) else {
+                    break;
+                };
+                let f = view.flags();
+                let dead = f.has(RecordFlags::PAD) || f.has(RecordFlags::TOMBSTONE);
+                if !dead && self.surely_dead(at, &view) {
+                    report.records_dead_by_slot += 1;
+                } else if !dead {
+                    let n = self.relocate(at, &view).await?;
+                    if n > 0 {
+                        report.records_copied += 1;
+                        report.bytes_copied += n;
+                    }
                 }
+                report.scanned_bytes += view.len() as u64;
+                at += view.len() as u64;
+                slice.tick().await;
             }
-            at += view.len() as u64;
-            slice.tick().await;
         }
-        let head = self.log.borrow().head;
-        self.wait_durable(head).await?;
-        report.scanned_bytes = at - start;
-        self.log.borrow_mut().clean_upto = at;
+        self.wait_all_durable().await?;
         report.checkpoint = Some(self.checkpoint().await?);
         let mut c = self.counters.borrow_mut();
         c.cleaner_passes += 1;
@@ -319,10 +356,10 @@ impl Store {
     /// The head at which [`Store::cleaning_due`] turns true if neither
     /// the tail nor the live data move meanwhile.
     fn cleaning_mark(&self) -> u64 {
-        let tail = self.log.borrow().tail;
+        let head = self.log.borrow().head;
         let live = self.live_bytes.get();
-        let over = (live + live / 2 + self.cleaning_slack(live)).min(self.geo.log_bytes / 4 * 3);
-        tail + over + 1
+        let over = (live + live / 4 + self.geo.segment_bytes).min(self.geo.log_bytes / 4 * 3);
+        head + over.saturating_sub(self.log_used()) + 1
     }
 
     /// Once [`Store::cleaning_due`], runs cleaning passes while
@@ -360,7 +397,8 @@ impl Store {
     pub fn spawn_cleaner(self: &Rc<Self>) -> glommio::task::JoinHandle<()> {
         self.cleaner_stop.set(false);
         self.cleaner_active.set(true);
-        self.spawn_background(CLEANER_SHARES, "store-cleaner", || {
+        let shares = glommio::Shares::Static(CLEANER_SHARES);
+        self.spawn_background(shares, "store-cleaner", || {
             Rc::clone(self).run_cleaner(CLEANER_BACKOFF)
         })
     }

@@ -10,7 +10,7 @@ use crate::store::error::{Result, StoreError};
 
 pub const SUPER_MAGIC: u32 = u32::from_le_bytes(*b"FSTO");
 pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"FCKP");
-pub const STORE_FORMAT_VERSION: u32 = 1;
+pub const STORE_FORMAT_VERSION: u32 = 2;
 /// Bytes reserved for the superblock and for each checkpoint header.
 pub const HEADER_UNIT_BYTES: u64 = 4096;
 
@@ -26,10 +26,12 @@ pub const SB_LOG_BYTES: usize = SB_LOG_OFFSET + 8;
 pub const SB_RING_BYTES: usize = SB_LOG_BYTES + 8;
 pub const SB_MAX_COMMIT: usize = SB_RING_BYTES + 8;
 pub const SB_DEVICE_BYTES: usize = SB_MAX_COMMIT + 8;
-pub const SB_CRC: usize = SB_DEVICE_BYTES + 8;
+pub const SB_SEGMENT_BYTES: usize = SB_DEVICE_BYTES + 8;
+pub const SB_CRC: usize = SB_SEGMENT_BYTES + 8;
 pub const SB_BYTES: usize = SB_CRC + 8;
-const _: () = assert!(SB_CRC == 72);
-const _: () = assert!(SB_BYTES == 80);
+const _: () = assert!(SB_SEGMENT_BYTES == 72);
+const _: () = assert!(SB_CRC == 80);
+const _: () = assert!(SB_BYTES == 88);
 
 // Checkpoint header offsets.
 pub const CK_MAGIC: usize = 0;
@@ -96,9 +98,14 @@ pub struct Geometry {
     pub log_bytes: u64,
     /// Bytes of the memory ring; records never cross a multiple of it.
     pub ring_bytes: u64,
-    /// Largest single log write; recovery zeroes this much past the cut.
+    /// Largest single log write.
     pub max_commit_bytes: u64,
     pub device_bytes: u64,
+    /// Bytes of a log segment: the unit the log is allocated and cleaned
+    /// in (a power of two dividing `ring_bytes`, at most half of it).
+    /// Segment `n` (addresses `[n·seg, (n+1)·seg)`) lives in device slot
+    /// `n % (log_bytes / seg)`; no record crosses a segment's end.
+    pub segment_bytes: u64,
 }
 
 impl Geometry {
@@ -110,6 +117,7 @@ impl Geometry {
         ring_bytes: u64,
         checkpoint_bytes: u64,
         max_commit_bytes: u64,
+        segment_bytes: u64,
     ) -> Result<Self> {
         let bad = |reason: String| StoreError::Layout {
             device: device.to_string(),
@@ -141,6 +149,7 @@ impl Geometry {
         let max_commit = max_commit_bytes.clamp(HEADER_UNIT_BYTES, ring_bytes / 2);
         let max_commit = max_commit / HEADER_UNIT_BYTES * HEADER_UNIT_BYTES;
         Ok(Self {
+            segment_bytes: plan_segment(segment_bytes, ring_bytes),
             block_size,
             checkpoint_offset: HEADER_UNIT_BYTES,
             checkpoint_bytes: ckpt,
@@ -150,6 +159,16 @@ impl Geometry {
             max_commit_bytes: max_commit,
             device_bytes,
         })
+    }
+
+    /// Device slots of the log (segments it holds at once).
+    pub fn slots(&self) -> u64 {
+        self.log_bytes / self.segment_bytes
+    }
+
+    /// Segment number of log address `addr`.
+    pub fn segment_of(&self, addr: u64) -> u64 {
+        addr / self.segment_bytes
     }
 
     /// Device offset of log address `addr`.
@@ -173,6 +192,7 @@ impl Geometry {
         put(out, SB_RING_BYTES, &self.ring_bytes.to_le_bytes());
         put(out, SB_MAX_COMMIT, &self.max_commit_bytes.to_le_bytes());
         put(out, SB_DEVICE_BYTES, &self.device_bytes.to_le_bytes());
+        put(out, SB_SEGMENT_BYTES, &self.segment_bytes.to_le_bytes());
         let crc = crc32fast::hash(&out[..SB_CRC]);
         put(out, SB_CRC, &crc.to_le_bytes());
     }
@@ -196,7 +216,10 @@ impl Geometry {
         }
         let format = get_u32(b, SB_FORMAT);
         if format != STORE_FORMAT_VERSION {
-            return Err(bad(format!("unsupported store format {format}")));
+            return Err(bad(format!(
+                "unsupported store format {format} (this engine reads format \
+                 {STORE_FORMAT_VERSION}; format 1 stores must be reformatted: zero block 0)"
+            )));
         }
         let g = Self {
             block_size: get_u32(b, SB_BLOCK_SIZE),
@@ -207,6 +230,7 @@ impl Geometry {
             ring_bytes: get_u64(b, SB_RING_BYTES),
             max_commit_bytes: get_u64(b, SB_MAX_COMMIT),
             device_bytes: get_u64(b, SB_DEVICE_BYTES),
+            segment_bytes: get_u64(b, SB_SEGMENT_BYTES),
         };
         let sane = g.ring_bytes >= 4 * HEADER_UNIT_BYTES
             && g.ring_bytes % HEADER_UNIT_BYTES == 0
@@ -217,12 +241,28 @@ impl Geometry {
                 .is_some_and(|e| e <= g.device_bytes)
             && g.checkpoint_offset + 2 * g.checkpoint_bytes <= g.log_offset
             && g.max_commit_bytes >= HEADER_UNIT_BYTES
-            && g.max_commit_bytes <= g.ring_bytes;
+            && g.max_commit_bytes <= g.ring_bytes
+            && g.segment_bytes.is_power_of_two()
+            && g.segment_bytes >= HEADER_UNIT_BYTES
+            && g.segment_bytes <= g.ring_bytes / 2
+            && g.ring_bytes % g.segment_bytes == 0;
         if !sane {
             return Err(bad(format!("superblock geometry is inconsistent: {g:?}")));
         }
         Ok(Some(g))
     }
+}
+
+/// The segment size for `wanted` bytes and a ring of `ring_bytes`: the
+/// largest power of two at most `wanted` (and at most half the ring) that
+/// divides the ring, at least 4096 (a ring is a multiple of 4096).
+fn plan_segment(wanted: u64, ring_bytes: u64) -> u64 {
+    let cap = wanted.min(ring_bytes / 2).max(HEADER_UNIT_BYTES);
+    let mut seg = 1u64 << (63 - cap.leading_zeros());
+    while ring_bytes % seg != 0 {
+        seg /= 2;
+    }
+    seg
 }
 
 /// Header of one checkpoint area.
@@ -231,7 +271,7 @@ pub struct CheckpointHeader {
     pub generation: u64,
     /// Replay the log from here: every record before it is in the checkpoint.
     pub replay_start: u64,
-    /// Oldest log address still in use; every referenced record is at or after it.
+    /// Lowest log address the checkpoint references (informational).
     pub log_tail: u64,
     pub next_version: u64,
     pub entry_count: u64,
@@ -281,8 +321,9 @@ mod tests {
 
     #[test]
     fn superblock_roundtrip_and_corruption() {
-        let g = Geometry::plan("t", 64 << 20, 4096, 1 << 20, 0, 4 << 20).unwrap();
+        let g = Geometry::plan("t", 64 << 20, 4096, 1 << 20, 0, 4 << 20, 4 << 20).unwrap();
         assert_eq!(g.log_bytes % g.ring_bytes, 0);
+        assert_eq!(g.segment_bytes, 512 << 10);
         assert_eq!(g.max_commit_bytes, 512 << 10);
         let mut b = vec![0u8; 4096];
         assert!(Geometry::decode_superblock("t", &b).unwrap().is_none());
@@ -312,6 +353,16 @@ mod tests {
 
     #[test]
     fn tiny_device_is_refused() {
-        assert!(Geometry::plan("t", 1 << 20, 4096, 1 << 20, 0, 1 << 20).is_err());
+        assert!(Geometry::plan("t", 1 << 20, 4096, 1 << 20, 0, 1 << 20, 1 << 20).is_err());
+    }
+
+    #[test]
+    fn segments_divide_the_ring() {
+        assert_eq!(plan_segment(4 << 20, 64 << 20), 4 << 20);
+        assert_eq!(plan_segment(3 << 20, 64 << 20), 2 << 20);
+        assert_eq!(plan_segment(4 << 20, 47 * (64 << 20)), 4 << 20);
+        assert_eq!(plan_segment(4 << 20, 1 << 20), 512 << 10);
+        assert_eq!(plan_segment(64 << 10, 3 * 4096), 4096);
+        assert_eq!(plan_segment(1, 16384), 4096);
     }
 }

@@ -107,7 +107,7 @@ impl Store {
         let (mut copied, mut charged) = (0, 0);
         for _ in 0..KEEP_PIECES_MAX {
             self.reserve_space(len, false).await?;
-            match self.relocate_step(at, &view, len)? {
+            match self.relocate_step(at, &view, len, false)? {
                 Step::Appended { bytes, more } => {
                     copied += bytes;
                     charged += bytes.max(KEEP_CHARGE_MIN_BYTES);
@@ -119,8 +119,7 @@ impl Store {
                 // An update of the key (or this record's previous piece)
                 // is waiting to be published: let it, then look again.
                 Step::Blocked => {
-                    let head = self.log.borrow().head;
-                    self.wait_durable(head).await?;
+                    self.wait_all_durable().await?;
                 }
             }
         }
@@ -154,14 +153,15 @@ impl Store {
                 st.lap = at / ring;
                 st.lap_copied = 0;
             }
-            let left = ring - at % ring;
+            let seg = self.geo.segment_bytes;
+            let left = seg - at % seg;
             let peek = if left < HEADER_BYTES as u64 {
                 None
             } else {
                 self.peek(at, max_value)
             };
-            // Not a record: the rest of this lap is padding (records never
-            // cross a ring end).
+            // Not a record: the rest of this segment was never written
+            // (records never cross a segment's end).
             let Some(peek) = peek.filter(|p| p.len <= left) else {
                 st.cursor += left;
                 self.keeper.set(st);
@@ -212,8 +212,10 @@ impl Store {
             lap: head / self.geo.ring_bytes,
             lap_copied: 0,
         });
-        self.spawn_background(KEEPER_SHARES, "store-keeper", || {
-            Rc::clone(self).run_keeper()
-        });
+        self.spawn_background(
+            glommio::Shares::Static(KEEPER_SHARES),
+            "store-keeper",
+            || Rc::clone(self).run_keeper(),
+        );
     }
 }

@@ -3,24 +3,25 @@
 //!
 //! Log addresses grow without bound (48 bits); address `a` lives at ring
 //! offset `a % ring_bytes` and device offset `log_offset + a % log_bytes`.
-//! Records never cross a multiple of `ring_bytes` (the rest of the ring is
-//! filled with padding records, or left zero when less than a header remains),
-//! and `log_bytes` is a multiple of `ring_bytes`, so they never cross the end
-//! of the device log either.
+//! The log is allocated in segments (`segments.rs`): a record never crosses
+//! a segment's end, so never a ring end or the device log's end either.
+//! Foreground appends go to the hot head, the cleaner's copies to the cold
+//! head; both write into the ring at their addresses, and a group commit
+//! writes every appended range that is not yet on the device.
 //!
-//! Invariants: `tail ≤ durable ≤ head`; `head - durable ≤ ring_bytes` (bytes
-//! not yet on the device are still in the ring); `head - tail` stays below
-//! `log_bytes` minus a reserve, so that recovery may zero `max_commit_bytes`
-//! past a cut without touching live records.
+//! Invariants: no append overwrites ring bytes not yet on the device
+//! (`reserve_space`); records are published in append order, and a cold
+//! segment is opened at the hot head, so address order is, key by key, the
+//! order records were made in (what replay relies on).
 
 use super::ops::Held;
+use super::segments::Slots;
 use super::{Durability, Store, StoreError};
 use crate::store::error::Result;
 use ferrite_bdev::IoBuf;
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
-    encode_pad, encode_record, record_len, RecordFlags, HEADER_BYTES, OFF_STATE, RECORD_ALIGN,
-    STATE_SUPERSEDED, VALUE_MAX_BYTES,
+    encode_record, record_len, RecordFlags, OFF_STATE, RECORD_ALIGN, STATE_SUPERSEDED,
 };
 use futures::channel::oneshot;
 use glommio::{Latency, Shares};
@@ -29,6 +30,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+/// Free slots only the cleaner may open a segment in.
+pub(crate) const CLEANER_SLOTS: usize = 2;
 /// Waits for space (1 ms each) before giving up with `LogFull`.
 const SPACE_WAIT_ROUNDS: u32 = 20_000;
 /// Waits (1 ms each) for a running cleaner to bring disk use back under
@@ -66,21 +69,79 @@ pub(crate) struct Pending {
     pub new_key: bool,
 }
 
+/// The open cold segment: where the cleaner's copies go.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ColdSeg {
+    pub head: u64,
+    pub end: u64,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct LogState {
+    /// The hot head: foreground appends go here. Every append so far,
+    /// cold ones included, is committed once `durable` reaches it.
     pub head: u64,
+    /// The head the last completed group commit captured.
     pub durable: u64,
-    pub tail: u64,
-    /// Everything live before this has been copied forward by the cleaner.
-    pub clean_upto: u64,
+    /// Records appended so far, and how many of them are committed.
+    pub appends: u64,
+    pub committed_appends: u64,
+    /// End of the open hot segment (0: none open; the next hot append
+    /// opens the first free segment at or after the head).
+    pub hot_end: u64,
+    pub cold: Option<ColdSeg>,
+    /// Segments are opened at or after this address (set by recovery past
+    /// every segment it probed; replay starts there until the next append).
+    pub fresh_from: u64,
     /// Ring bytes before this address were never filled since open.
     pub ring_valid_from: u64,
-    /// Bytes `[round_down(durable), durable)` as last written (state words 0).
-    pub tail_block: Vec<u8>,
+    /// Appended byte ranges not yet written to the device, in append order
+    /// of their first byte (a commit trims them once written).
+    pub unwritten: Vec<(u64, u64)>,
+    /// `(block, bytes)`: the bytes `[block, block + len)` as last written
+    /// (state words 0), for the next write that continues that block.
+    pub tail_blocks: Vec<(u64, Vec<u8>)>,
+    pub slots: Slots,
     pub pending: VecDeque<Pending>,
     pub pending_hashes: HashMap<u64, u32, BuildHasherDefault<KeyHashHasher>>,
     pub pending_punches: u32,
     pub pending_new_keys: usize,
+}
+
+impl LogState {
+    /// The lowest log address not yet on the device (`None`: all are).
+    pub fn unwritten_floor(&self) -> Option<u64> {
+        self.unwritten.iter().map(|r| r.0).min()
+    }
+
+    /// The lowest address of a record waiting to be published, else the
+    /// head: replay from here rebuilds everything not yet in the index.
+    pub fn replay_start(&self) -> u64 {
+        let head = self.head.max(self.fresh_from);
+        self.pending.iter().map(|p| p.addr).min().unwrap_or(head)
+    }
+
+    /// Bytes of the slots in use, less the unwritten rest of the open
+    /// segments.
+    pub fn used_bytes(&self, segment_bytes: u64) -> u64 {
+        let open_rest =
+            self.hot_end.saturating_sub(self.head) + self.cold.map_or(0, |c| c.end - c.head);
+        (self.slots.used() * segment_bytes).saturating_sub(open_rest)
+    }
+
+    fn note_unwritten(&mut self, from: u64, to: u64) {
+        match self.unwritten.iter_mut().rev().find(|r| r.1 == from) {
+            Some(r) => r.1 = to,
+            None => self.unwritten.push((from, to)),
+        }
+    }
+}
+
+/// Where an append of `len` bytes goes, and whether it opens a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    pub addr: u64,
+    pub opens: bool,
 }
 
 /// What an append writes.
@@ -95,6 +156,8 @@ pub(crate) struct AppendSpec<'a> {
     /// What the key held when the caller checked it (with no await since);
     /// `None`: `append_now` looks.
     pub held: Option<Held>,
+    /// A cleaner copy: goes to the cold segment.
+    pub cold: bool,
 }
 
 impl Store {
@@ -135,56 +198,129 @@ impl Store {
         word.fetch_or(STATE_SUPERSEDED, Ordering::Release);
     }
 
-    /// Bytes an append of `len` needs at `head` (padding to the ring end
-    /// included).
-    fn need(&self, head: u64, len: u64) -> u64 {
-        let left = self.geo.ring_bytes - head % self.geo.ring_bytes;
-        if len > left {
-            len + left
-        } else {
-            len
+    /// Where an append of `len` bytes would go now (`cold`: a cleaner
+    /// copy), `None` if it needs a segment and no slot is free. A hot
+    /// append continues the open hot segment or opens the first free
+    /// segment at or after the head; a cold one continues the open cold
+    /// segment while it fits, else opens one at the hot head (the hot
+    /// segment's rest is abandoned: everything appended later lies after
+    /// the copies, so replay in address order sees each key's records in
+    /// the order they were made).
+    pub(crate) fn placement(&self, log: &LogState, len: u64, cold: bool) -> Option<Placement> {
+        let seg = self.geo.segment_bytes;
+        if cold {
+            if let Some(c) = log.cold {
+                if c.head + len <= c.end {
+                    return Some(Placement {
+                        addr: c.head,
+                        opens: false,
+                    });
+                }
+            }
+        } else if log.head + len <= log.hot_end {
+            return Some(Placement {
+                addr: log.head,
+                opens: false,
+            });
+        }
+        let n = log
+            .slots
+            .next_free(log.head.max(log.fresh_from).div_ceil(seg))?;
+        Some(Placement {
+            addr: n * seg,
+            opens: true,
+        })
+    }
+
+    /// Takes the place [`Store::placement`] chose for `len` bytes.
+    fn place(&self, log: &mut LogState, len: u64, cold: bool) -> Result<u64> {
+        let seg = self.geo.segment_bytes;
+        let p = self
+            .placement(log, len, cold)
+            .ok_or_else(|| self.log_full(log))?;
+        if p.opens {
+            let n = p.addr / seg;
+            let born = log.head;
+            log.slots.occupy(n, born);
+            if cold {
+                log.cold = Some(ColdSeg {
+                    head: p.addr,
+                    end: p.addr + seg,
+                });
+                log.head = p.addr + seg;
+                log.hot_end = 0;
+            } else {
+                log.head = p.addr;
+                log.hot_end = p.addr + seg;
+            }
+        }
+        // A hot append about to overwrite the ring bytes the cold segment
+        // would fill next closes it (the rest of it stays unused).
+        let ring = self.geo.ring_bytes;
+        if let Some(c) = log.cold {
+            if !cold && p.addr + len > c.head + ring {
+                log.cold = None;
+            }
+        }
+        Ok(p.addr)
+    }
+
+    fn log_full(&self, log: &LogState) -> StoreError {
+        StoreError::LogFull {
+            device: self.device.clone(),
+            used: log.slots.used() * self.geo.segment_bytes,
+            capacity: self.geo.log_bytes,
+            live: self.live_bytes.get(),
         }
     }
 
-    fn log_limit(&self, for_cleaner: bool) -> u64 {
-        let reserve = self.geo.max_commit_bytes + 2 * u64::from(self.geo.block_size);
-        let cleaner = if for_cleaner {
-            0
-        } else {
-            2 * self.config.segment_bytes.max(self.geo.max_commit_bytes)
-        };
-        self.geo.log_bytes.saturating_sub(reserve + cleaner)
-    }
-
     /// Disk use foreground writes wait at while a cleaner runs: twice the
-    /// live data plus four cleaner segments.
+    /// live data plus four segments.
     pub(crate) fn disk_budget(&self) -> u64 {
-        2 * self.live_bytes.get() + 4 * self.config.segment_bytes
+        2 * self.live_bytes.get() + 4 * self.geo.segment_bytes
     }
 
-    /// Waits until `len` bytes can be appended without an await in between.
-    pub(crate) async fn reserve_space(&self, len: u64, for_cleaner: bool) -> Result<()> {
-        if len > self.geo.ring_bytes / 2 {
+    /// Device log bytes in use: the slots that hold a segment, less the
+    /// unwritten rest of the open ones.
+    pub(crate) fn log_used(&self) -> u64 {
+        self.log.borrow().used_bytes(self.geo.segment_bytes)
+    }
+
+    /// Waits until `len` bytes can be appended (`cold`: by the cleaner)
+    /// without an await in between: a free slot if the append opens a
+    /// segment (foreground appends leave [`CLEANER_SLOTS`] to the cleaner),
+    /// no ring bytes that are not yet on the device overwritten, and
+    /// while a cleaner runs, disk use within [`Store::disk_budget`].
+    pub(crate) async fn reserve_space(&self, len: u64, cold: bool) -> Result<()> {
+        let max = self.geo.segment_bytes.min(self.geo.ring_bytes / 2);
+        if len > max {
             return Err(StoreError::Invalid(format!(
-                "record of {len} bytes exceeds half the ring ({} bytes)",
-                self.geo.ring_bytes
+                "record of {len} bytes exceeds a log segment ({max} bytes)"
             )));
         }
         let mut waited_for_cleaner = 0;
         for _ in 0..SPACE_WAIT_ROUNDS {
             self.check_writable()?;
-            let (head, durable, tail) = {
+            let (place, floor, free) = {
                 let l = self.log.borrow();
-                (l.head, l.durable, l.tail)
+                let place = self.placement(&l, len, cold);
+                (place, l.unwritten_floor(), l.slots.free)
             };
-            let need = self.need(head, len);
-            if head + need - durable > self.geo.ring_bytes {
-                self.wait_durable(head).await?;
+            let reserve = if cold { 1 } else { 1 + CLEANER_SLOTS };
+            let Some(place) = place.filter(|p| !p.opens || free >= reserve) else {
+                self.head_watch.wake_all();
+                self.wait_for_space().await;
+                continue;
+            };
+            if floor.is_some_and(|f| place.addr + len > f + self.geo.ring_bytes) {
+                self.wait_all_durable().await?;
                 continue;
             }
-            let over_budget = !for_cleaner
+            let used = self.log_used() + u64::from(place.opens) * self.geo.segment_bytes;
+            let over_budget = !cold
+                && place.opens
                 && self.cleaner_active.get()
-                && head + need - tail > self.disk_budget()
+                && used > self.disk_budget()
                 && waited_for_cleaner < CLEANER_WAIT_ROUNDS;
             if over_budget {
                 if waited_for_cleaner == 0 {
@@ -196,50 +332,27 @@ impl Store {
                 if waited_for_cleaner == CLEANER_WAIT_ROUNDS {
                     self.counters.borrow_mut().cleaner_wait_timeouts += 1;
                 }
-                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
-                continue;
-            }
-            if head + need - tail > self.log_limit(for_cleaner) {
-                self.head_watch.wake_all();
-                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+                self.wait_for_space().await;
                 continue;
             }
             return Ok(());
         }
-        let l = self.log.borrow();
-        Err(StoreError::LogFull {
-            device: self.device.clone(),
-            used: l.head - l.tail,
-            capacity: self.geo.log_bytes,
-            live: self.live_bytes.get(),
-        })
+        Err(self.log_full(&self.log.borrow()))
     }
 
-    /// Fills the rest of the ring with padding so the next record starts at
-    /// the ring's beginning.
-    fn pad_to_ring_end(&self, log: &mut LogState) -> Result<()> {
-        let ring = self.geo.ring_bytes;
-        let mut left = ring - log.head % ring;
-        while left > 0 {
-            let max_pad = (HEADER_BYTES + VALUE_MAX_BYTES) as u64;
-            let n = if left < HEADER_BYTES as u64 || left <= max_pad {
-                left
-            } else {
-                max_pad - 256
-            };
-            let off = (log.head % ring) as usize;
-            // SAFETY: [off, off+n) is inside the ring (n ≤ left).
-            let out =
-                unsafe { std::slice::from_raw_parts_mut(self.ring.as_ptr().add(off), n as usize) };
-            if n < HEADER_BYTES as u64 {
-                out.fill(0);
-            } else {
-                encode_pad(out, log.head).map_err(|e| StoreError::Invalid(e.to_string()))?;
-            }
-            log.head += n;
-            left -= n;
+    /// Waits until a checkpoint frees log segments, or 1 ms.
+    async fn wait_for_space(&self) {
+        let (tx, rx) = oneshot::channel();
+        self.space_waiters.borrow_mut().push(tx);
+        let tick = glommio::timer::sleep(std::time::Duration::from_millis(1));
+        futures::future::select(rx, std::pin::pin!(tick)).await;
+    }
+
+    /// Wakes the writes waiting for free segments.
+    pub(crate) fn space_freed(&self) {
+        for w in self.space_waiters.borrow_mut().drain(..) {
+            let _ = w.send(());
         }
-        Ok(())
     }
 
     /// Appends a record to the ring now (space reserved by the caller with no
@@ -252,20 +365,17 @@ impl Store {
             && !spec.flags.has(RecordFlags::TOMBSTONE)
             && spec.held.unwrap_or_else(|| self.held(spec.key)) == Held::Absent;
         let mut log = self.log.borrow_mut();
-        let ring = self.geo.ring_bytes;
-        if log.head % ring + len as u64 > ring {
-            self.pad_to_ring_end(&mut log)?;
-        }
-        let addr = log.head;
+        let addr = self.place(&mut log, len as u64, spec.cold)?;
         let version = spec.version.unwrap_or_else(|| {
             let v = self.next_version.get();
             self.next_version.set(v + 1);
             v
         });
-        let off = (addr % ring) as usize;
-        // SAFETY: the record fits before the ring end (checked above) and the
-        // bytes are not yet durable, so nothing reads them but one-sided
-        // readers, who check the CRC.
+        let off = (addr % self.geo.ring_bytes) as usize;
+        // SAFETY: the record fits before the segment's end, so before the
+        // ring's end (segments divide the ring), and the bytes are not yet
+        // durable, so nothing reads them but one-sided readers, who check
+        // the CRC.
         let out = unsafe { std::slice::from_raw_parts_mut(self.ring.as_ptr().add(off), len) };
         encode_record(
             out,
@@ -278,7 +388,13 @@ impl Store {
         )
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
         debug_assert_eq!(len % RECORD_ALIGN, 0);
-        log.head += len as u64;
+        let end = addr + len as u64;
+        match (spec.cold, log.cold.as_mut()) {
+            (true, Some(c)) => c.head = end,
+            _ => log.head = end,
+        }
+        log.note_unwritten(addr, end);
+        log.appends += 1;
         let hash = spec.key.hash().0;
         if punch {
             log.pending_punches += 1;
@@ -311,16 +427,29 @@ impl Store {
         log.pending_punches > 0 || log.pending_hashes.contains_key(&hash)
     }
 
-    /// Returns once every byte before `end` is durable (written, and flushed
-    /// under [`Durability::Device`]) and published,
-    /// committing (as the leader) or waiting for the leader's commit.
-    /// The leader runs in the store's home task queue: a leader in the
-    /// cleaner's low-share queue would hold every foreground request that
-    /// joined its commit until the scheduler came back to that queue.
+    /// Returns once every hot byte before `end` (a foreground record's
+    /// end) is durable (written, and flushed under [`Durability::Device`])
+    /// and published. See [`Store::wait_committed`].
     pub(crate) async fn wait_durable(&self, end: u64) -> Result<()> {
+        self.wait_committed(|l| l.durable >= end).await
+    }
+
+    /// Returns once every record appended so far (the cleaner's cold
+    /// copies too) is durable and published.
+    pub(crate) async fn wait_all_durable(&self) -> Result<()> {
+        let want = self.log.borrow().appends;
+        self.wait_committed(|l| l.committed_appends >= want).await
+    }
+
+    /// Returns once `done` holds, committing (as the leader) or waiting for
+    /// the leader's commit. The leader runs in the store's home task queue:
+    /// a leader in the cleaner's low-share queue would hold every
+    /// foreground request that joined its commit until the scheduler came
+    /// back to that queue.
+    async fn wait_committed(&self, done: impl Fn(&LogState) -> bool) -> Result<()> {
         loop {
             self.check_writable()?;
-            if self.log.borrow().durable >= end {
+            if done(&self.log.borrow()) {
                 return Ok(());
             }
             if self.committing.get() {
@@ -361,7 +490,7 @@ impl Store {
     /// queue ([`Store::wait_durable`]).
     pub(super) fn spawn_background<F>(
         self: &Rc<Self>,
-        shares: usize,
+        shares: Shares,
         name: &'static str,
         make: impl Fn() -> F,
     ) -> glommio::task::JoinHandle<()>
@@ -369,11 +498,7 @@ impl Store {
         F: std::future::Future<Output = ()> + 'static,
     {
         *self.me.borrow_mut() = Rc::downgrade(self);
-        let tq = glommio::executor().create_task_queue(
-            Shares::Static(shares),
-            Latency::NotImportant,
-            name,
-        );
+        let tq = glommio::executor().create_task_queue(shares, Latency::NotImportant, name);
         match glommio::spawn_local_into(make(), tq) {
             Ok(t) => t.detach(),
             Err(_) => glommio::spawn_local(make()).detach(),
@@ -433,29 +558,103 @@ impl Store {
         }
     }
 
-    /// One group commit: writes everything appended since the last commit
-    /// (up to `max_commit_bytes`), flushes, then publishes in log order.
+    /// One group commit: writes every range appended since the last commit
+    /// (in writes of at most `max_commit_bytes`), flushes, then publishes
+    /// the records it covered in append order.
     async fn commit_once(&self) -> Result<()> {
-        let bs = u64::from(self.geo.block_size);
-        let (start, end, buf) = {
+        let (ranges, covered, head) = {
             let log = self.log.borrow();
-            if log.head == log.durable {
+            if log.unwritten.is_empty() && log.pending.is_empty() {
+                drop(log);
+                let mut log = self.log.borrow_mut();
+                log.durable = log.head;
+                log.committed_appends = log.appends;
                 return Ok(());
             }
-            let start = log.durable / bs * bs;
-            let lap_end = (start / self.geo.log_bytes + 1) * self.geo.log_bytes;
-            let end = log.head.min(start + self.geo.max_commit_bytes).min(lap_end);
-            let len = (end - start).div_ceil(bs) * bs;
-            let mut buf = self.commit_buffer(len as usize)?;
+            (log.unwritten.clone(), log.pending.len(), log.head)
+        };
+        let appends = self.log.borrow().appends;
+        for &(from, to) in &ranges {
+            let mut at = from;
+            while at < to {
+                at = self.write_chunk(at, to).await?;
+            }
+        }
+        if self.config.durability == Durability::Device {
+            if let Err(e) = self.chan.flush().await {
+                self.set_poison(format!("log flush: {e}"));
+                return Err(self.device_error("flush", e));
+            }
+            self.note_flushed(appends);
+        }
+        {
+            let mut log = self.log.borrow_mut();
+            for &(from, to) in &ranges {
+                if let Some(i) = log.unwritten.iter().position(|r| r.0 == from) {
+                    log.unwritten[i].0 = to;
+                    if log.unwritten[i].0 >= log.unwritten[i].1 {
+                        log.unwritten.remove(i);
+                    }
+                }
+            }
+            log.durable = head;
+            log.committed_appends = appends;
+        }
+        self.counters.borrow_mut().commits += 1;
+        self.publish_first(covered)
+    }
+
+    /// Writes the log bytes from `at` (at most `max_commit_bytes`, up to
+    /// `to`) with one write starting at the block holding `at`: the bytes
+    /// before `at` in that block are rewritten as they were last written
+    /// (a torn rewrite never damages durable records). Returns where it
+    /// stopped.
+    async fn write_chunk(&self, at: u64, to: u64) -> Result<u64> {
+        let bs = u64::from(self.geo.block_size);
+        let start = at / bs * bs;
+        let seg_end = (at / self.geo.segment_bytes + 1) * self.geo.segment_bytes;
+        let end = to.min(start + self.geo.max_commit_bytes).min(seg_end);
+        let len = (end - start).div_ceil(bs) * bs;
+        let mut buf = self.commit_buffer(len as usize)?;
+        {
+            let mut log = self.log.borrow_mut();
             let out = buf.as_mut_slice();
-            let pre = (log.durable - start) as usize;
-            out[..pre].copy_from_slice(&log.tail_block[..pre]);
+            let pre = (at - start) as usize;
+            if pre > 0 {
+                let i = log
+                    .tail_blocks
+                    .iter()
+                    .position(|(b, bytes)| *b == start && bytes.len() == pre)
+                    .ok_or_else(|| {
+                        StoreError::Invalid(format!(
+                            "log write at {at}: the start of its block was never written"
+                        ))
+                    })?;
+                let (_, bytes) = log.tail_blocks.swap_remove(i);
+                out[..pre].copy_from_slice(&bytes);
+            }
             let used = (end - start) as usize;
-            self.copy_from_ring(log.durable, end, &mut out[pre..used]);
+            self.copy_from_ring(at, end, &mut out[pre..used]);
             // A reused buffer holds an earlier commit's bytes past `end`.
             out[used..].fill(0);
-            (start, end, buf)
-        };
+            let keep = (end % bs) as usize;
+            if keep > 0 {
+                // A partial block is continued only in an open segment, or
+                // in one with bytes still to write: the others' are dropped.
+                let seg = self.geo.segment_bytes;
+                let hot = (log.hot_end > 0).then(|| log.hot_end / seg - 1);
+                let cold = log.cold.map(|c| c.end / seg - 1);
+                let pending: Vec<u64> = log.unwritten.iter().map(|r| r.0 / seg).collect();
+                let open = |b: u64| {
+                    let n = b / seg;
+                    Some(n) == hot || Some(n) == cold || pending.contains(&n)
+                };
+                let mut kept = std::mem::take(&mut log.tail_blocks);
+                kept.retain(|(b, _)| open(*b));
+                kept.push((end - keep as u64, out[used - keep..used].to_vec()));
+                log.tail_blocks = kept;
+            }
+        }
         let offset = self.geo.log_device_offset(start);
         let buf = match self.chan.write(offset, buf).await {
             Ok(b) => b,
@@ -464,39 +663,20 @@ impl Store {
                 return Err(self.device_error("log write", e));
             }
         };
-        if self.config.durability == Durability::Device {
-            if let Err(e) = self.chan.flush().await {
-                self.set_poison(format!("log flush: {e}"));
-                return Err(self.device_error("flush", e));
-            }
-            self.note_flushed(end);
-        }
-        {
-            let mut log = self.log.borrow_mut();
-            log.durable = end;
-            let keep = (end - end / bs * bs) as usize;
-            let from = (end - start) as usize - keep;
-            log.tail_block = buf.as_slice()[from..from + keep].to_vec();
-        }
         if !buf.is_pooled() {
             let mut kept = self.commit_buf.borrow_mut();
             if kept.as_ref().is_none_or(|k| k.capacity() < buf.capacity()) {
                 *kept = Some(buf);
             }
         }
-        self.counters.borrow_mut().commits += 1;
-        self.publish_upto(end)
+        Ok(end)
     }
 
-    /// Publishes every pending record that ends at or before `end`.
-    fn publish_upto(&self, end: u64) -> Result<()> {
-        loop {
+    /// Publishes the first `n` pending records (those a commit covered).
+    fn publish_first(&self, n: usize) -> Result<()> {
+        for _ in 0..n {
             let p = {
                 let mut log = self.log.borrow_mut();
-                match log.pending.front() {
-                    Some(p) if p.addr + u64::from(p.len) <= end => {}
-                    _ => return Ok(()),
-                }
                 let Some(p) = log.pending.pop_front() else {
                     return Ok(());
                 };
@@ -519,6 +699,7 @@ impl Store {
                 return Err(e);
             }
         }
+        Ok(())
     }
 
     /// Reads `len` bytes of log starting at `addr` from the device. Returns

@@ -17,9 +17,10 @@
 //! reads them from there, checking the CRC.
 //!
 //! Checkpoints of the index ([`Store::checkpoint`]) bound recovery, which
-//! replays the log after the last one and cuts a torn tail. The cleaner
-//! ([`Store::spawn_cleaner`]) copies live records forward so the log stays
-//! within about twice the live data. Device layout: `engine/FORMAT.md`.
+//! replays the log after the last one, up to each segment's torn or unwritten
+//! end. The cleaner ([`Store::spawn_cleaner`]) picks segments by
+//! cost-benefit, copies their live records to cold segments apart from the
+//! foreground's hot writes, and frees them. Device layout: `engine/FORMAT.md`.
 //!
 //! DRAM per key: the bucket region (64 bytes per 3 slots, so 21.3 / load
 //! bytes per key at a load factor `load` of all slots; chaining with the
@@ -64,6 +65,7 @@ mod keeper;
 mod log;
 mod ops;
 mod recover;
+mod segments;
 mod sync;
 mod verify;
 mod watch;
@@ -248,9 +250,12 @@ pub struct StoreStats {
     pub log_capacity_bytes: u64,
     pub head: u64,
     pub durable: u64,
-    /// Log bytes written but not yet flushed ([`Durability::Process`]).
+    /// Records written but not yet flushed ([`Durability::Process`]).
     pub unflushed: u64,
+    /// Start of the oldest segment the log holds.
     pub tail: u64,
+    /// Bytes of a log segment (the unit of allocation and cleaning).
+    pub segment_bytes: u64,
     pub ring_bytes: u64,
     pub commits: u64,
     pub records_appended: u64,
@@ -331,6 +336,8 @@ pub struct Store {
     /// (checkpoints are one at a time, under `checkpoint_lock`).
     checkpoint_bufs: RefCell<(Vec<u8>, Option<IoBuf>)>,
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
+    /// Writes waiting for a checkpoint to free log segments.
+    space_waiters: RefCell<Vec<oneshot::Sender<()>>>,
     poison: RefCell<Option<String>>,
     next_version: Cell<u64>,
     live_bytes: Cell<u64>,
@@ -351,7 +358,7 @@ pub struct Store {
     /// it: lets a cleaner's commit be led by a task in `home_queue`.
     me: RefCell<std::rc::Weak<Store>>,
     keeper: Cell<keeper::KeeperState>,
-    /// Every log byte before this is on stable media.
+    /// This many of the appended records are on stable media.
     flushed_upto: Cell<u64>,
     flush_lock: glommio::sync::Semaphore,
 }
@@ -423,13 +430,16 @@ impl Store {
         StoreStats {
             keys: dir.len(),
             live_bytes: self.live_bytes.get(),
-            log_used_bytes: log.head - log.tail,
+            log_used_bytes: log.used_bytes(self.geo.segment_bytes),
             log_capacity_bytes: self.geo.log_bytes,
             head: log.head,
             durable: log.durable,
-            unflushed: log.durable.saturating_sub(self.flushed_upto.get()),
-            tail: log.tail,
+            unflushed: log
+                .committed_appends
+                .saturating_sub(self.flushed_upto.get()),
+            tail: log.slots.low_addr(self.geo.segment_bytes),
             ring_bytes: self.geo.ring_bytes,
+            segment_bytes: self.geo.segment_bytes,
             commits: c.commits,
             records_appended: c.records_appended,
             bytes_appended: c.bytes_appended,

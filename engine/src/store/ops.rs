@@ -79,6 +79,7 @@ impl<'a> AppendSpec<'a> {
             version: None,
             origin: None,
             held: None,
+            cold: false,
         }
     }
 }
@@ -260,8 +261,7 @@ impl Store {
         for _ in 0..CONDITIONAL_ROUNDS {
             self.reserve_space(len, false).await?;
             if self.has_pending(hash) {
-                let head = self.log.borrow().head;
-                self.wait_durable(head).await?;
+                self.wait_all_durable().await?;
                 continue;
             }
             let current = self

@@ -4,6 +4,7 @@
 use super::buckets::BucketTable;
 use super::format::{Geometry, HEADER_UNIT_BYTES};
 use super::log::LogState;
+use super::segments::{Slots, FREE};
 use super::{Counters, Store, StoreConfig, StoreError};
 use crate::region::Region;
 use crate::store::error::Result;
@@ -13,6 +14,8 @@ use ferrite_proto::record::{RecordView, HEADER_BYTES, OFF_VALUE_LEN};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
+/// Segments probed in a row without finding one before replay ends.
+const PROBE_MISSES: u32 = 8;
 /// Bytes the replay reads from the device at a time.
 const REPLAY_CHUNK_BYTES: u64 = 4 << 20;
 
@@ -59,6 +62,7 @@ impl Store {
                     config.ring_bytes,
                     config.checkpoint_bytes,
                     config.max_commit_bytes,
+                    config.segment_bytes,
                 )?;
                 (g, true)
             }
@@ -92,11 +96,15 @@ impl Store {
             ring,
             table: RefCell::new(table),
             dir: RefCell::default(),
-            log: RefCell::new(LogState::default()),
+            log: RefCell::new(LogState {
+                slots: Slots::new(geo.slots()),
+                ..LogState::default()
+            }),
             committing: Cell::new(false),
             commit_buf: RefCell::new(None),
             checkpoint_bufs: RefCell::default(),
             waiters: RefCell::default(),
+            space_waiters: RefCell::default(),
             poison: RefCell::new(None),
             next_version: Cell::new(1),
             live_bytes: Cell::new(0),
@@ -121,20 +129,28 @@ impl Store {
         Ok(store)
     }
 
-    async fn write_zeroes_log(&self, from: u64, len: u64) -> Result<()> {
-        let mut a = from;
-        while a < from + len {
-            let lap_end = (a / self.geo.log_bytes + 1) * self.geo.log_bytes;
-            let n = (from + len - a).min(lap_end - a).min(1 << 20);
+    /// Zeroes the first block of every log slot, so that no segment of an
+    /// earlier store on the device can ever be taken for one of this one
+    /// (replay looks for segments by their first record).
+    async fn zero_slot_starts(&self) -> Result<()> {
+        let bs = self.geo.block_size as usize;
+        let zero = |slot: u64| async move {
             let buf = self
                 .chan
-                .alloc(n as usize)
+                .alloc(bs)
                 .map_err(|e| self.device_error("alloc", e))?;
             self.chan
-                .write(self.geo.log_device_offset(a), buf)
+                .write(
+                    self.geo.log_device_offset(slot * self.geo.segment_bytes),
+                    buf,
+                )
                 .await
                 .map_err(|e| self.device_error("zero log", e))?;
-            a += n;
+            Ok::<(), StoreError>(())
+        };
+        let slots: Vec<u64> = (0..self.geo.slots()).collect();
+        for batch in slots.chunks(64) {
+            futures::future::try_join_all(batch.iter().map(|&s| zero(s))).await?;
         }
         Ok(())
     }
@@ -156,11 +172,7 @@ impl Store {
                 .await
                 .map_err(|e| self.device_error("format", e))?;
         }
-        self.write_zeroes_log(
-            0,
-            self.geo.max_commit_bytes + 2 * u64::from(self.geo.block_size),
-        )
-        .await?;
+        self.zero_slot_starts().await?;
         self.chan
             .flush()
             .await
@@ -176,39 +188,100 @@ impl Store {
         Ok(())
     }
 
+    /// Loads the newest checkpoint, replays the log after it, then starts
+    /// the heads in fresh segments past everything replay looked at and
+    /// checkpoints, so that no byte of a torn commit can ever be replayed
+    /// after records written from now on, and every segment without live
+    /// records is free again.
     async fn recover(&self) -> Result<()> {
         let header = self.load_checkpoint().await?;
         let start = header.map_or(0, |h| h.replay_start);
-        let tail = header.map_or(0, |h| h.log_tail);
         let mut max_version = header.map_or(0, |h| h.next_version.saturating_sub(1));
-        let cut = self.replay(start, tail, &mut max_version).await?;
+        let old = self.slots_in_use();
+        self.log.borrow_mut().ring_valid_from = start;
+        let (end, next_segment) = self.replay(start, &old, &mut max_version).await?;
         self.next_version.set(max_version + 1);
+        let seg = self.geo.segment_bytes;
         {
             let mut log = self.log.borrow_mut();
-            log.head = cut;
-            log.durable = cut;
-            log.tail = tail;
-            log.clean_upto = tail;
+            log.head = end;
+            log.durable = end;
+            log.fresh_from = next_segment * seg;
             // Replayed records at or after this address are in the ring.
-            log.ring_valid_from = start.max(cut.saturating_sub(self.geo.ring_bytes));
+            log.ring_valid_from = start.max(end.saturating_sub(self.geo.ring_bytes));
+            let mut slots = Slots::new(self.geo.slots());
+            for (s, n) in self.slots_in_use().into_iter().enumerate() {
+                if n != FREE {
+                    slots.occupy(n, 0);
+                    slots.live[s] = 1;
+                }
+            }
+            log.slots = slots;
         }
-        self.seal_cut(cut).await?;
-        self.note_flushed(cut);
+        self.checkpoint().await?;
         Ok(())
     }
 
-    /// Replays records from `start`; returns the address of the first record
-    /// that does not check (the cut).
-    async fn replay(&self, start: u64, tail: u64, max_version: &mut u64) -> Result<u64> {
-        let ring = self.geo.ring_bytes;
+    /// The segment each slot holds a live record of (from the key
+    /// directory), [`FREE`] for none.
+    fn slots_in_use(&self) -> Vec<u64> {
+        let seg = self.geo.segment_bytes;
+        let slots = self.geo.slots();
+        let mut held = vec![FREE; slots as usize];
+        let mut mark = |addr: u64| held[((addr / seg) % slots) as usize] = addr / seg;
+        self.dir.borrow().for_each(|_, _, _, e| match &e.extents {
+            None => mark(e.addr),
+            Some(m) => m.values().for_each(|p| mark(p.rec_addr)),
+        });
+        held
+    }
+
+    /// Replays the segments from the one holding `start`, in address
+    /// order: each from its first record (from `start` in the first) up to
+    /// the first record that does not check (its end: the rest was never
+    /// written, or was torn). A segment number whose slot holds an older
+    /// live segment (`old`) was skipped by the heads; the others are probed
+    /// by their first record, and replay ends after [`PROBE_MISSES`] in a
+    /// row hold none (a crash can leave only a few segments opened and
+    /// never written). Returns the end of the last record replayed and the
+    /// first segment number past every one probed.
+    async fn replay(&self, start: u64, old: &[u64], max_version: &mut u64) -> Result<(u64, u64)> {
+        let seg = self.geo.segment_bytes;
+        let slots = self.geo.slots();
         let mut reader = LogReader::default();
-        let mut at = start;
-        while at < tail + self.geo.log_bytes {
-            let left = ring - at % ring;
-            if left < HEADER_BYTES as u64 {
-                at += left;
+        let first = start / seg;
+        let (mut end, mut misses, mut n) = (start, 0, first);
+        while n < first + slots && misses < PROBE_MISSES {
+            let s = (n % slots) as usize;
+            if old[s] != FREE && old[s] != n {
+                n += 1;
                 continue;
             }
+            let from = if n == first { start } else { n * seg };
+            match self.replay_segment(&mut reader, from, max_version).await? {
+                Some(e) if e > from => {
+                    end = e;
+                    misses = 0;
+                }
+                _ if n == first => {}
+                _ => misses += 1,
+            }
+            n += 1;
+        }
+        Ok((end, n + 1))
+    }
+
+    /// Replays the records of one segment from `at`; returns the end of the
+    /// last one (`None` if the first does not check).
+    async fn replay_segment(
+        &self,
+        reader: &mut LogReader,
+        mut at: u64,
+        max_version: &mut u64,
+    ) -> Result<Option<u64>> {
+        let seg_end = (at / self.geo.segment_bytes + 1) * self.geo.segment_bytes;
+        let mut any = false;
+        while at + (HEADER_BYTES as u64) <= seg_end {
             let Some(head) = reader.get(self, at, HEADER_BYTES).await? else {
                 break;
             };
@@ -218,7 +291,7 @@ impl Store {
                 head[OFF_VALUE_LEN + 2],
                 head[OFF_VALUE_LEN + 3],
             ]) as u64;
-            let max_len = left.min(HEADER_BYTES as u64 + 8192 + value_len + 8);
+            let max_len = (seg_end - at).min(HEADER_BYTES as u64 + 8192 + value_len + 8);
             let Some(bytes) = reader.get(self, at, max_len as usize).await? else {
                 break;
             };
@@ -230,13 +303,9 @@ impl Store {
             }
             let len = view.len();
             *max_version = (*max_version).max(view.version());
-            {
-                // The ring holds the replayed records of the last ring's
-                // worth before `at`: only those may be marked superseded.
-                let mut log = self.log.borrow_mut();
-                log.ring_valid_from = start;
-                log.head = at;
-            }
+            // The ring holds the replayed records of the last ring's worth
+            // before `at`: only those may be marked superseded.
+            self.log.borrow_mut().head = at;
             self.apply_record(view.bytes(), at, None)?;
             // Refill the ring as we go: the last ring's worth of replayed
             // records stays resident (see `recover`).
@@ -244,37 +313,9 @@ impl Store {
             // else uses the ring during recovery.
             unsafe { std::ptr::copy_nonoverlapping(view.bytes().as_ptr(), self.ring_ptr(at), len) };
             at += len as u64;
+            any = true;
         }
-        Ok(at)
-    }
-
-    /// Rewrites the block holding the cut with zeros after it and zeroes
-    /// `max_commit_bytes` beyond, so no record of a torn commit can ever be
-    /// replayed after records written from now on.
-    async fn seal_cut(&self, cut: u64) -> Result<()> {
-        let bs = u64::from(self.geo.block_size);
-        let block = cut / bs * bs;
-        let (mut buf, off) = self.read_log(block, bs as usize).await?;
-        let keep = (cut - block) as usize;
-        buf.as_mut_slice()[off + keep..off + bs as usize].fill(0);
-        let tail_block = buf.as_slice()[off..off + keep].to_vec();
-        let mut out = self
-            .chan
-            .alloc(bs as usize)
-            .map_err(|e| self.device_error("alloc", e))?;
-        out.as_mut_slice()[..keep].copy_from_slice(&tail_block);
-        self.chan
-            .write(self.geo.log_device_offset(block), out)
-            .await
-            .map_err(|e| self.device_error("seal log", e))?;
-        self.write_zeroes_log(block + bs, self.geo.max_commit_bytes + bs)
-            .await?;
-        self.chan
-            .flush()
-            .await
-            .map_err(|e| self.device_error("flush", e))?;
-        self.log.borrow_mut().tail_block = tail_block;
-        Ok(())
+        Ok(any.then_some(at))
     }
 }
 
@@ -326,9 +367,10 @@ impl LogReader {
     }
 
     /// `len` bytes at log address `addr`, or `None` if they would cross the
-    /// end of the device log (no record does).
+    /// end of its segment (no record does).
     pub async fn get(&mut self, store: &Store, addr: u64, len: usize) -> Result<Option<&[u8]>> {
-        let lap_end = (addr / store.geo.log_bytes + 1) * store.geo.log_bytes;
+        let seg = store.geo.segment_bytes;
+        let lap_end = (addr / seg + 1) * seg;
         if addr + len as u64 > lap_end {
             return Ok(None);
         }

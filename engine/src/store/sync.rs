@@ -55,15 +55,14 @@ impl Store {
     /// power loss (a no-op beyond waiting for commits under
     /// [`Durability::Device`]).
     pub async fn sync(&self) -> Result<()> {
-        let head = self.log.borrow().head;
-        self.wait_durable(head).await?;
+        self.wait_all_durable().await?;
         self.flush_written().await
     }
 
     /// Flushes the device if bytes were written since the last flush.
     /// Concurrent callers share one flush.
     pub(crate) async fn flush_written(&self) -> Result<()> {
-        let written = self.log.borrow().durable;
+        let written = self.log.borrow().committed_appends;
         if self.flushed_upto.get() >= written {
             return Ok(());
         }
@@ -75,7 +74,7 @@ impl Store {
         if self.flushed_upto.get() >= written {
             return Ok(());
         }
-        let upto = self.log.borrow().durable;
+        let upto = self.log.borrow().committed_appends;
         if let Err(e) = self.chan.flush().await {
             self.set_poison(format!("log flush: {e}"));
             return Err(self.device_error("flush", e));
@@ -84,7 +83,7 @@ impl Store {
         Ok(())
     }
 
-    /// Records that every log byte before `upto` is on stable media.
+    /// Records that the first `upto` appended records are on stable media.
     pub(crate) fn note_flushed(&self, upto: u64) {
         self.flushed_upto.set(self.flushed_upto.get().max(upto));
     }
