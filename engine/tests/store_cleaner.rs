@@ -329,11 +329,11 @@ async fn eventually(done: impl Fn() -> bool) -> bool {
 }
 
 /// Deletes that take the log just past what a cleaning run cleans down to
-/// (1.125x the live data plus a segment) do not start the background
-/// cleaner: a run to free a little costs a checkpoint. Past 1.25x plus a
-/// segment a run starts, and goes on until the log is back within 1.125x.
+/// (1.25x the live data plus a segment) do not start the background
+/// cleaner: a run to free a little costs a checkpoint. Past 1.5x plus a
+/// segment a run starts, and goes on until the log is back within 1.25x.
 #[test]
-fn the_cleaner_starts_at_one_and_a_quarter_times_the_live_data() {
+fn the_cleaner_starts_at_one_and_a_half_times_the_live_data() {
     on_fresh_store(|s| async move {
         const N: u32 = 2000;
         for k in 0..N {
@@ -347,8 +347,8 @@ fn the_cleaner_starts_at_one_and_a_quarter_times_the_live_data() {
                 s.punch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
             }
         };
-        // 20% deleted: over 1.125x the live data plus slack, under 1.25x.
-        for k in 0..N / 5 {
+        // 35% deleted: over 1.25x the live data plus slack, under 1.5x.
+        for k in 0..N * 7 / 20 {
             punch(k).await;
         }
         let st = s.stats();
@@ -356,10 +356,10 @@ fn the_cleaner_starts_at_one_and_a_quarter_times_the_live_data() {
         assert!(s.cleaning_wanted() && !s.cleaning_due(), "{st:?}");
         // Several of the idle cleaner's looks at the log.
         glommio::timer::sleep(std::time::Duration::from_millis(350)).await;
-        assert_eq!(s.stats().cleaner_passes, 0, "a run started below 1.25x");
+        assert_eq!(s.stats().cleaner_passes, 0, "a run started below 1.5x");
         // 70% deleted: due (a run may start during the deletes); the run
-        // ends within 1.125x.
-        for k in N / 5..N * 7 / 10 {
+        // ends within 1.25x.
+        for k in N * 7 / 20..N * 7 / 10 {
             punch(k).await;
         }
         assert!(eventually(|| !s.cleaning_wanted()).await, "{:?}", s.stats());

@@ -78,22 +78,22 @@ pub(super) enum Step {
 }
 
 impl Store {
-    /// Is the log using much more than the live data (1.125× plus a
+    /// Is the log using much more than the live data (1.25× plus a
     /// segment), or over three quarters of the device log? (The segment of
     /// slack keeps a store with little live data from cleaning, and
     /// checkpointing, all the time.) A cleaning run, once
     /// [due](Self::cleaning_due), goes on while this holds.
     pub fn cleaning_wanted(&self) -> bool {
-        self.log_over(8)
+        self.log_over(4)
     }
 
     /// Should the background cleaner start a cleaning run: is the log over
-    /// 1.25× the live data plus a segment, or over three quarters of the
+    /// 1.5× the live data plus a segment, or over three quarters of the
     /// device log? The gap between the two is hysteresis: deletes that
     /// shrink the live data a little do not start a run (and its
     /// checkpoint) to free what they freed.
     pub fn cleaning_due(&self) -> bool {
-        self.log_over(4)
+        self.log_over(2)
     }
 
     /// `used > live + live / over + slack`, or over 3/4 of the device log.
@@ -257,7 +257,7 @@ impl Store {
         let live = self.live_bytes.get();
         let want_free = log
             .used_bytes(seg)
-            .saturating_sub(live + live / 8 + self.geo.segment_bytes)
+            .saturating_sub(live + live / 4 + self.geo.segment_bytes)
             .clamp(seg, PASS_FREE_SEGMENTS * seg);
         let want_scan =
             (CHECKPOINT_AMORTIZE * self.checkpoint_bytes.get()).min(self.geo.log_bytes / 4);
@@ -358,7 +358,7 @@ impl Store {
     fn cleaning_mark(&self) -> u64 {
         let head = self.log.borrow().head;
         let live = self.live_bytes.get();
-        let over = (live + live / 4 + self.geo.segment_bytes).min(self.geo.log_bytes / 4 * 3);
+        let over = (live + live / 2 + self.geo.segment_bytes).min(self.geo.log_bytes / 4 * 3);
         head + over.saturating_sub(self.log_used()) + 1
     }
 

@@ -110,7 +110,11 @@ pub struct StoreConfig {
     pub checkpoint_bytes: u64,
     /// Largest single log write of a group commit.
     pub max_commit_bytes: u64,
-    /// The cleaner's unit of work.
+    /// Log segment size wanted (the unit of allocation and cleaning; the
+    /// geometry takes the largest power of two at most this that divides
+    /// the ring, at most half of it). Records never cross a segment's end,
+    /// so it must be well above the largest record: the tail a record does
+    /// not fit in is left unused.
     pub segment_bytes: u64,
     /// Back regions with 2 MiB huge pages.
     pub hugetlb: bool,
@@ -135,7 +139,7 @@ impl Default for StoreConfig {
             ring_bytes: 64 << 20,
             checkpoint_bytes: 0,
             max_commit_bytes: 4 << 20,
-            segment_bytes: 4 << 20,
+            segment_bytes: 32 << 20,
             hugetlb: false,
             populate: false,
             durability: Durability::Device,
