@@ -129,21 +129,31 @@ impl Store {
         Ok(store)
     }
 
-    /// Zeroes the first block of every log slot, so that no segment of an
-    /// earlier store on the device can ever be taken for one of this one
-    /// (replay looks for segments by their first record).
+    /// Zeroes the first block of every log slot that is not zero yet, so
+    /// that no segment of an earlier store on the device can ever be taken
+    /// for one of this one (replay looks for segments by their first
+    /// record). Blocks already zero are not written: on a fresh sparse file
+    /// a block written at every slot start slowed every later commit down
+    /// (about 1.5x the update latency on a uring file).
     async fn zero_slot_starts(&self) -> Result<()> {
         let bs = self.geo.block_size as usize;
         let zero = |slot: u64| async move {
+            let at = self.geo.log_device_offset(slot * self.geo.segment_bytes);
             let buf = self
                 .chan
                 .alloc(bs)
                 .map_err(|e| self.device_error("alloc", e))?;
+            let mut buf = self
+                .chan
+                .read(at, buf)
+                .await
+                .map_err(|e| self.device_error("read log", e))?;
+            if buf.as_slice().iter().all(|&b| b == 0) {
+                return Ok(());
+            }
+            buf.as_mut_slice().fill(0);
             self.chan
-                .write(
-                    self.geo.log_device_offset(slot * self.geo.segment_bytes),
-                    buf,
-                )
+                .write(at, buf)
                 .await
                 .map_err(|e| self.device_error("zero log", e))?;
             Ok::<(), StoreError>(())
