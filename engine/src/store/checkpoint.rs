@@ -110,12 +110,17 @@ impl Store {
         let (header, buf, written, exact, cold) = {
             let log = self.log.borrow();
             let replay_start = log.replay_start();
-            let cold = log.cold.map(|c| c.end / self.geo.segment_bytes - 1);
+            let cold = log.open_segments(self.geo.segment_bytes).1;
             let mut bufs = self.checkpoint_bufs.borrow_mut();
             let (body, kept) = &mut *bufs;
             body.clear();
             let dir = self.dir.borrow();
-            dir.for_each(|obj, d, a, e| encode_entry(body, obj, d, a, e));
+            // Exact live bytes per slot, from the same walk.
+            let mut exact = vec![0u64; self.geo.slots() as usize];
+            dir.for_each(|obj, d, a, e| {
+                encode_entry(body, obj, d, a, e);
+                self.add_slot_live(&mut exact, e);
+            });
             let have = self.geo.checkpoint_bytes - HEADER_UNIT_BYTES;
             if body.len() as u64 > have {
                 return Err(StoreError::CheckpointTooLarge {
@@ -140,17 +145,11 @@ impl Store {
             out[unit..unit + body.len()].copy_from_slice(body);
             // A reused buffer holds an earlier checkpoint's bytes here.
             out[unit + body.len()..].fill(0);
+            let written = log.committed_appends;
             drop(dir);
             drop(log);
-            let exact = self.exact_slot_live();
             self.log.borrow_mut().slots.set_exact(&exact);
-            (
-                header,
-                buf,
-                self.log.borrow().committed_appends,
-                exact,
-                cold,
-            )
+            (header, buf, written, exact, cold)
         };
         let area = self.geo.checkpoint_area(header.generation);
         let len = buf.len() as u64;

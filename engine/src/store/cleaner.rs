@@ -239,8 +239,7 @@ impl Store {
         let seg = self.geo.segment_bytes;
         let log = self.log.borrow();
         let published = log.replay_start();
-        let hot = (log.hot_end > 0).then(|| log.hot_end / seg - 1);
-        let cold = log.cold.map(|c| c.end / seg - 1);
+        let (hot, cold) = log.open_segments(seg);
         let slots = &log.slots;
         let mut scored: Vec<(f64, u64, u64)> = (0..slots.held.len())
             .filter_map(|s| {

@@ -121,6 +121,12 @@ impl LogState {
         self.pending.iter().map(|p| p.addr).min().unwrap_or(head)
     }
 
+    /// Segment numbers of the open hot and cold segments.
+    pub fn open_segments(&self, segment_bytes: u64) -> (Option<u64>, Option<u64>) {
+        let hot = (self.hot_end > 0).then(|| self.hot_end / segment_bytes - 1);
+        (hot, self.cold.map(|c| c.end / segment_bytes - 1))
+    }
+
     /// Bytes of the slots in use, less the unwritten rest of the open
     /// segments.
     pub fn used_bytes(&self, segment_bytes: u64) -> u64 {
@@ -642,8 +648,7 @@ impl Store {
                 // A partial block is continued only in an open segment, or
                 // in one with bytes still to write: the others' are dropped.
                 let seg = self.geo.segment_bytes;
-                let hot = (log.hot_end > 0).then(|| log.hot_end / seg - 1);
-                let cold = log.cold.map(|c| c.end / seg - 1);
+                let (hot, cold) = log.open_segments(seg);
                 let pending: Vec<u64> = log.unwritten.iter().map(|r| r.0 / seg).collect();
                 let open = |b: u64| {
                     let n = b / seg;

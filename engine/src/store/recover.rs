@@ -238,10 +238,10 @@ impl Store {
         let seg = self.geo.segment_bytes;
         let slots = self.geo.slots();
         let mut held = vec![FREE; slots as usize];
-        let mut mark = |addr: u64| held[((addr / seg) % slots) as usize] = addr / seg;
-        self.dir.borrow().for_each(|_, _, _, e| match &e.extents {
-            None => mark(e.addr),
-            Some(m) => m.values().for_each(|p| mark(p.rec_addr)),
+        self.dir.borrow().for_each(|_, _, _, e| {
+            Self::each_live_record(e, |addr, _| {
+                held[((addr / seg) % slots) as usize] = addr / seg;
+            });
         });
         held
     }

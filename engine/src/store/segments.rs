@@ -9,6 +9,7 @@
 //! order, by the checkpoint after the cleaner has copied their live records
 //! away ([`Store::free_dead_slots`]).
 
+use super::dir::Entry;
 use super::Store;
 
 /// The segment number of a free slot.
@@ -86,7 +87,7 @@ impl Slots {
             .map_or(0, |n| n * segment_bytes)
     }
 
-    /// Adds `bytes` of live data at `addr` (segment `seg_no`).
+    /// Adds `bytes` of live data to segment `segment`'s slot.
     pub fn add_live(&mut self, segment: u64, bytes: u64) {
         let s = self.slot_of(segment);
         self.live[s] += bytes;
@@ -104,22 +105,22 @@ impl Slots {
 }
 
 impl Store {
-    /// Exact live bytes per slot, from the key directory: a single value's
-    /// record, each piece of a byte array.
-    pub(crate) fn exact_slot_live(&self) -> Vec<u64> {
-        let seg = self.geo.segment_bytes;
-        let slots = self.geo.slots();
-        let mut live = vec![0u64; slots as usize];
-        let mut add = |addr: u64, bytes: u64| live[((addr / seg) % slots) as usize] += bytes.max(1);
-        self.dir.borrow().for_each(|_, _, _, e| match &e.extents {
-            None => add(e.addr, u64::from(e.len)),
-            Some(m) => {
-                for (start, p) in m.iter() {
-                    add(p.rec_addr, p.end - start);
-                }
-            }
+    /// Calls `f(address, bytes)` for each record `e` keeps live: a single
+    /// value's record, each piece of a byte array.
+    pub(crate) fn each_live_record(e: &Entry, mut f: impl FnMut(u64, u64)) {
+        match &e.extents {
+            None => f(e.addr, u64::from(e.len)),
+            Some(m) => m.iter().for_each(|(start, p)| f(p.rec_addr, p.end - start)),
+        }
+    }
+
+    /// Adds the live bytes of `e` to `live` (per slot; at least 1 per
+    /// record, so a slot with a live record is never 0).
+    pub(crate) fn add_slot_live(&self, live: &mut [u64], e: &Entry) {
+        let (seg, slots) = (self.geo.segment_bytes, self.geo.slots());
+        Self::each_live_record(e, |addr, bytes| {
+            live[((addr / seg) % slots) as usize] += bytes.max(1);
         });
-        live
     }
 
     /// Frees every slot that held no live record at a checkpoint whose
@@ -128,8 +129,7 @@ impl Store {
     pub(crate) fn free_dead_slots(&self, exact: &[u64], replay_start: u64, keep: Option<u64>) {
         let seg = self.geo.segment_bytes;
         let mut log = self.log.borrow_mut();
-        let hot_open = (log.hot_end > 0).then(|| log.hot_end / seg - 1);
-        let cold_open = log.cold.map(|c| c.end / seg - 1);
+        let (hot_open, cold_open) = log.open_segments(seg);
         let slots = &mut log.slots;
         let before = slots.free;
         for (s, &live) in exact.iter().enumerate() {
