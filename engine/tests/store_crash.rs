@@ -4,6 +4,9 @@
 //! recovery every acknowledged update must be present (or superseded only by
 //! the key's one in-flight, unacknowledged operation), nothing else may
 //! appear, and the store must keep working across another restart.
+//! A second case runs updates only, with no cleaner and no checkpoint, for
+//! several laps of a small log: segments are freed as their last record
+//! dies and reused, and replay must find its way through them.
 //! Seeds are printed; `FERRITE_SEED=<n>` replays one.
 
 use ferrite_bdev::wrap::{CrashBdev, DelayBdev, Delays};
@@ -19,7 +22,41 @@ use std::time::Duration;
 
 const TASKS: u32 = 4;
 const KEYS_PER_TASK: u32 = 12;
-const OPS_PER_TASK: u32 = 400;
+
+/// One crash scenario.
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    device: &'static str,
+    ops_per_task: u32,
+    /// One operation in this many is a punch (0: none).
+    punch_one_in: u32,
+    /// The cleaner runs, and checkpoints are taken at random moments.
+    cleaner: bool,
+    /// The crash comes after this fraction of all operations at least,
+    /// and before this one.
+    crash_from: f64,
+    crash_to: f64,
+}
+
+/// Updates and punches with the cleaner and checkpoints, well within the log.
+const MIXED: Case = Case {
+    device: "malloc:8M",
+    ops_per_task: 400,
+    punch_one_in: 8,
+    cleaner: true,
+    crash_from: 0.0,
+    crash_to: 0.5,
+};
+
+/// Updates only, no cleaner or checkpoint, over several laps of the log.
+const LAPS: Case = Case {
+    device: "malloc:2M",
+    ops_per_task: 1500,
+    punch_one_in: 0,
+    cleaner: false,
+    crash_from: 0.5,
+    crash_to: 0.95,
+};
 
 /// What may be found for a key: its last acknowledged state and, if an
 /// operation on it was in flight at the crash, that one's state too.
@@ -47,13 +84,13 @@ fn value(k: u32, seq: u32, rng: &mut StdRng) -> Vec<u8> {
     tag.bytes().cycle().take(len).collect()
 }
 
-async fn worker(store: Rc<Store>, model: Model, task: u32, seed: u64) {
+async fn worker(store: Rc<Store>, model: Model, task: u32, seed: u64, case: Case) {
     let mut rng = StdRng::seed_from_u64(seed ^ u64::from(task));
-    for seq in 0..OPS_PER_TASK {
+    for seq in 0..case.ops_per_task {
         let k = task * KEYS_PER_TASK + rng.gen_range(0..KEYS_PER_TASK);
         let kb = k.to_le_bytes();
         let key = RecordKey::new(1, 2, b"crash", &kb);
-        let next = if rng.gen_ratio(1, 8) {
+        let next = if case.punch_one_in > 0 && rng.gen_ratio(1, case.punch_one_in) {
             None
         } else {
             Some(value(k, seq, &mut rng))
@@ -97,7 +134,7 @@ async fn verify(store: &Store, model: &HashMap<u32, KeyState>, seed: u64) {
     }
 }
 
-fn crash_case(seed: u64) {
+fn crash_case(seed: u64, case: Case) {
     glommio::LocalExecutorBuilder::default()
         .spawn(move || async move {
             let delays = Delays {
@@ -106,20 +143,25 @@ fn crash_case(seed: u64) {
                 flush: Duration::from_micros(200),
                 other: Duration::from_micros(20),
             };
-            let slow = DelayBdev::new(ferrite_bdev::open("malloc:8M").unwrap(), delays);
+            let slow = DelayBdev::new(ferrite_bdev::open(case.device).unwrap(), delays);
             let crash = Arc::new(CrashBdev::new(Arc::new(slow)));
             let bdev: BdevRef = crash.clone();
             let store = Rc::new(Store::open(bdev.clone(), cfg()).await.unwrap());
-            let cleaner = store.spawn_cleaner();
+            let cleaner = case.cleaner.then(|| store.spawn_cleaner());
             let model: Model = Rc::default();
             let workers: Vec<_> = (0..TASKS)
-                .map(|t| glommio::spawn_local(worker(store.clone(), model.clone(), t, seed)))
+                .map(|t| {
+                    let w = worker(store.clone(), model.clone(), t, seed, case);
+                    glommio::spawn_local(w)
+                })
                 .collect();
             let mut rng = StdRng::seed_from_u64(seed);
-            let crash_after = rng.gen_range(1..TASKS * OPS_PER_TASK / 2);
+            let total = TASKS * case.ops_per_task;
+            let at = |f: f64| ((f64::from(total) * f) as u32).max(1);
+            let crash_after = rng.gen_range(at(case.crash_from)..at(case.crash_to));
             let mut yields = 0u32;
             while store.stats().records_appended < u64::from(crash_after) && yields < 1_000_000 {
-                if rng.gen_ratio(1, 200) {
+                if case.cleaner && rng.gen_ratio(1, 200) {
                     let _ = store.checkpoint().await;
                 }
                 glommio::timer::sleep(Duration::from_micros(50)).await;
@@ -135,12 +177,21 @@ fn crash_case(seed: u64) {
                     ferrite_xstream::yield_now().await;
                 }
             }
+            let st = store.stats();
             eprintln!(
-                "seed {seed}: crash after {} appends, {} commits, {} unflushed",
-                store.stats().records_appended,
-                store.stats().commits,
+                "seed {seed}: crash after {} appends ({} bytes on a {} byte log), {} commits, \
+                 {} segments freed early, {} unflushed",
+                st.records_appended,
+                st.bytes_appended,
+                st.log_capacity_bytes,
+                st.commits,
+                st.segments_freed_early,
                 crash.unflushed_writes()
             );
+            if !case.cleaner {
+                assert_eq!(st.checkpoints, 0, "{st:?}");
+                assert!(st.bytes_appended > 2 * st.log_capacity_bytes, "{st:?}");
+            }
             let report = crash.crash(seed).await.unwrap();
             eprintln!(
                 "seed {seed}: crashed, {} unflushed writes",
@@ -150,7 +201,9 @@ fn crash_case(seed: u64) {
                 w.await;
             }
             store.stop_cleaner();
-            cleaner.await;
+            if let Some(c) = cleaner {
+                c.await;
+            }
             assert!(store.check_writable().is_err() || report.writes.is_empty());
             drop(store);
             eprintln!("seed {seed}: reopening");
@@ -169,17 +222,23 @@ fn crash_case(seed: u64) {
         .unwrap();
 }
 
+/// Runs `case` for seeds `0..seeds`, or only for `FERRITE_SEED`.
+fn run_seeds(case: Case, seeds: u64) {
+    let one = std::env::var("FERRITE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok());
+    for seed in one.map_or(0..seeds, |s: u64| s..s + 1) {
+        println!("crash seed {seed}");
+        crash_case(seed, case);
+    }
+}
+
 #[test]
 fn acknowledged_updates_survive_power_loss() {
-    if let Some(seed) = std::env::var("FERRITE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        crash_case(seed);
-        return;
-    }
-    for seed in 0..24u64 {
-        println!("crash seed {seed}");
-        crash_case(seed);
-    }
+    run_seeds(MIXED, 24);
+}
+
+#[test]
+fn acknowledged_updates_survive_power_loss_after_laps_without_a_checkpoint() {
+    run_seeds(LAPS, 12);
 }

@@ -169,6 +169,7 @@ impl Store {
         self.note_flushed(written);
         self.checkpoint_generation.set(header.generation);
         self.checkpoint_bytes.set(len);
+        self.checkpoint_replay_start.set(header.replay_start);
         self.free_dead_slots(&exact, header.replay_start, cold);
         self.counters.borrow_mut().checkpoints += 1;
         Ok(CheckpointInfo {

@@ -1,6 +1,7 @@
 //! The log cleaner: picks the log segments that free the most for what they
 //! cost to copy, copies their live records to the cold segment, checkpoints,
-//! and so frees them.
+//! and so frees them. (A segment of single values whose records all die is
+//! freed without it: [`Store::free_zero_slots`].)
 //!
 //! Victims are chosen by cost-benefit (free bytes × age / (1 + live bytes),
 //! as in LFS): a segment of long-lived records is cleaned only once it has
@@ -9,14 +10,19 @@
 //! A record is live if the key directory still points at it; it is copied
 //! (same key, value and version, new address) and published like any update,
 //! in append order. A cold segment is opened at the hot head, so every record
-//! appended after a copy lies after it in address order. A copy
+//! appended after a copy lies after it in address order, and a copy goes to
+//! the open one only if its head is above the original, so it lies after
+//! every older record of its key too. A copy
 //! is only appended while no update or punch of its key is waiting to be
 //! published, and in the same synchronous step as the liveness check, so in
 //! log order the copy is still the key's newest record and replay reaches the
 //! same state. Byte arrays are copied piece by piece (only their live bytes),
 //! so an older array record never overwrites newer extents on replay.
 //! Tombstones are never copied: the checkpoint written at the end of each pass
-//! covers them, and a segment is only freed once that checkpoint is durable.
+//! covers them, and a segment holding one is only freed once that checkpoint
+//! is durable. The cleaner also checkpoints every half log the head moves
+//! ([`Store::checkpoint_due`]), so replay stays bounded when overwrites free
+//! their segments with no pass at all.
 
 use super::checkpoint::CheckpointInfo;
 use super::log::AppendSpec;
@@ -44,6 +50,10 @@ const CHECKPOINT_AMORTIZE: u64 = 8;
 const PASS_FREE_SEGMENTS: u64 = 2;
 /// Segments more live than this are never worth cleaning.
 const MAX_VICTIM_USE: f64 = 0.95;
+/// The background cleaner checkpoints whenever the head has moved this
+/// fraction of the device log since the last checkpoint: recovery then
+/// replays at most about that much.
+const CHECKPOINT_EVERY_LOG_FRACTION: u64 = 2;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
 /// The cleaner's device reads: a read the page cache holds completes in
@@ -59,6 +69,8 @@ const CLEANER_SLICE: Duration = Duration::from_micros(100);
 /// What one cleaning pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanReport {
+    /// Segments the pass chose to clean (0: none could be; no checkpoint).
+    pub victims: u64,
     pub scanned_bytes: u64,
     pub records_copied: u64,
     pub bytes_copied: u64,
@@ -172,7 +184,7 @@ impl Store {
                 // The directory lookup above found the key (with no await
                 // since): no bucket walk to learn it again.
                 held: Some(if extent { Held::Array } else { Held::Single }),
-                cold,
+                cold: cold.then_some(origin),
             };
             let (_, len, _) = self.append_now(&spec)?;
             appended += u64::from(len);
@@ -210,7 +222,7 @@ impl Store {
         let mut copied = 0;
         let room = view.len() as u64;
         for _ in 0..RELOCATE_ROUNDS {
-            self.reserve_space(room, true).await?;
+            self.reserve_space(room, Some(origin)).await?;
             match self.relocate_step(origin, view, room, true)? {
                 Step::Done => return Ok(copied),
                 Step::Appended { bytes, more } => {
@@ -238,7 +250,7 @@ impl Store {
     fn choose_victims(&self) -> Vec<(u64, u64)> {
         let seg = self.geo.segment_bytes;
         let log = self.log.borrow();
-        let published = log.replay_start();
+        let published = log.published();
         let (hot, cold) = log.open_segments(seg);
         let slots = &log.slots;
         let mut scored: Vec<(f64, u64, u64)> = (0..slots.held.len())
@@ -282,7 +294,14 @@ impl Store {
         let mut report = CleanReport::default();
         let mut reader = LogReader::with_chunk(CLEANER_READ_BYTES);
         let mut slice = Slice::start();
-        for (n, live) in self.choose_victims() {
+        let victims = self.choose_victims();
+        if victims.is_empty() {
+            // Only open segments to clean (or none): nothing to free until
+            // they are sealed, so no checkpoint either.
+            return Ok(report);
+        }
+        report.victims = victims.len() as u64;
+        for (n, live) in victims {
             if live == 0 {
                 // Nothing live by the estimate (exact for single values):
                 // the checkpoint frees it if that holds, no scan needed.
@@ -361,34 +380,75 @@ impl Store {
         head + over.saturating_sub(self.log_used()) + 1
     }
 
+    /// The head at which [`Store::checkpoint_due`] turns true.
+    fn checkpoint_mark(&self) -> u64 {
+        self.checkpoint_replay_start.get() + self.geo.log_bytes / CHECKPOINT_EVERY_LOG_FRACTION
+    }
+
+    /// Has the head moved a [`CHECKPOINT_EVERY_LOG_FRACTION`] of the
+    /// device log past where the last checkpoint's replay starts? (Segments
+    /// freed as their records die need no checkpoint, so without this an
+    /// overwrite workload would never take one and replay would grow
+    /// without bound.)
+    pub fn checkpoint_due(&self) -> bool {
+        self.log.borrow().head >= self.checkpoint_mark()
+    }
+
     /// Once [`Store::cleaning_due`], runs cleaning passes while
     /// [`Store::cleaning_wanted`], until [`Store::stop_cleaner`] or the store
     /// is poisoned; in between it sleeps until appends take the head to
-    /// where cleaning is due (after a failed pass, `backoff`). While it runs, foreground writes
+    /// where cleaning is due (after a failed pass, `backoff`), and
+    /// checkpoints when [`Store::checkpoint_due`]. While it runs, foreground writes
     /// that would take the log past twice the live data (plus four
     /// segments) wait for it (up to 10 s).
     pub async fn run_cleaner(self: Rc<Self>, backoff: Duration) {
         self.cleaner_active.set(true);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
+            if !self.cleaning_due() && self.checkpoint_due() {
+                // Overwrites free their segments with no pass: replay's
+                // length is bounded here.
+                if let Err(e) = self.checkpoint().await {
+                    tracing::warn!(device = %self.device, error = %e, "checkpoint failed");
+                    glommio::timer::sleep(backoff).await;
+                }
+                continue;
+            }
             if !self.cleaning_due() {
                 // Deletes shrink the live data without moving the head far:
                 // a write over its disk budget wakes the cleaner, and it
                 // looks again at least every CLEANER_RECHECK anyway.
-                let mark = self.cleaning_mark();
-                let moved = self.head_watch.wait(mark, || self.log.borrow().head);
-                let recheck = glommio::timer::sleep(CLEANER_RECHECK);
-                futures::future::select(std::pin::pin!(moved), std::pin::pin!(recheck)).await;
+                self.idle_until(self.cleaning_mark().min(self.checkpoint_mark()))
+                    .await;
                 continue;
             }
             while self.cleaning_wanted() && !self.cleaner_stop.get() {
-                if let Err(e) = self.clean().await {
-                    tracing::warn!(device = %self.device, error = %e, "cleaning pass failed");
-                    glommio::timer::sleep(backoff).await;
-                    break;
+                match self.clean().await {
+                    Err(e) => {
+                        tracing::warn!(device = %self.device, error = %e, "cleaning pass failed");
+                        glommio::timer::sleep(backoff).await;
+                        break;
+                    }
+                    Ok(r) if r.victims == 0 => {
+                        // What is over the mark is in open segments: wait
+                        // for the head to seal one.
+                        let mark = self.log.borrow().head + self.geo.segment_bytes / 4;
+                        self.idle_until(mark).await;
+                        break;
+                    }
+                    // Each pass lets the foreground in: on a device whose
+                    // I/O completes at once, nothing else would.
+                    Ok(_) => glommio::executor().yield_task_queue_now().await,
                 }
             }
         }
         self.cleaner_active.set(false);
+    }
+
+    /// Sleeps until the head reaches `mark`, or [`CLEANER_RECHECK`].
+    async fn idle_until(&self, mark: u64) {
+        let moved = self.head_watch.wait(mark, || self.log.borrow().head);
+        let recheck = glommio::timer::sleep(CLEANER_RECHECK);
+        futures::future::select(std::pin::pin!(moved), std::pin::pin!(recheck)).await;
     }
 
     /// Spawns [`Store::run_cleaner`] on a low-share, latency-insensitive task

@@ -10,9 +10,10 @@
 //! writes every appended range that is not yet on the device.
 //!
 //! Invariants: no append overwrites ring bytes not yet on the device
-//! (`reserve_space`); records are published in append order, and a cold
-//! segment is opened at the hot head, so address order is, key by key, the
-//! order records were made in (what replay relies on).
+//! (`reserve_space`); records are published in append order, a cold
+//! segment is opened at the hot head, and a copy goes to the cold segment
+//! only above its original, so address order is, key by key, the order
+//! records were made in (what replay relies on).
 
 use super::ops::Held;
 use super::segments::Slots;
@@ -115,10 +116,20 @@ impl LogState {
     }
 
     /// The lowest address of a record waiting to be published, else the
-    /// head: replay from here rebuilds everything not yet in the index.
-    pub fn replay_start(&self) -> u64 {
+    /// head: every record below it is published.
+    pub fn published(&self) -> u64 {
         let head = self.head.max(self.fresh_from);
         self.pending.iter().map(|p| p.addr).min().unwrap_or(head)
+    }
+
+    /// Where a checkpoint of the index as it is now replays from:
+    /// [`LogState::published`], or the open cold segment's head if lower.
+    /// Records appended to the cold segment later lie below the hot head,
+    /// and replay must meet them: they supersede records whose segments
+    /// may be freed before the next checkpoint.
+    pub fn replay_start(&self) -> u64 {
+        let published = self.published();
+        self.cold.map_or(published, |c| c.head.min(published))
     }
 
     /// Segment numbers of the open hot and cold segments.
@@ -162,8 +173,9 @@ pub(crate) struct AppendSpec<'a> {
     /// What the key held when the caller checked it (with no await since);
     /// `None`: `append_now` looks.
     pub held: Option<Held>,
-    /// A cleaner copy: goes to the cold segment.
-    pub cold: bool,
+    /// A cleaner copy: goes to the cold segment, above this address (its
+    /// original).
+    pub cold: Option<u64>,
 }
 
 impl Store {
@@ -207,16 +219,23 @@ impl Store {
     /// Where an append of `len` bytes would go now (`cold`: a cleaner
     /// copy), `None` if it needs a segment and no slot is free. A hot
     /// append continues the open hot segment or opens the first free
-    /// segment at or after the head; a cold one continues the open cold
-    /// segment while it fits, else opens one at the hot head (the hot
-    /// segment's rest is abandoned: everything appended later lies after
-    /// the copies, so replay in address order sees each key's records in
-    /// the order they were made).
-    pub(crate) fn placement(&self, log: &LogState, len: u64, cold: bool) -> Option<Placement> {
+    /// segment at or after the head; a cold one (`cold`: `Some(above)`)
+    /// continues the open cold segment while it fits and its head is above
+    /// `above` (the record copied or replaced: replay must meet the new
+    /// one after it, and after every older record of its key), else opens
+    /// one at the hot head (the hot segment's rest is abandoned: everything
+    /// appended later lies after the cold records, so replay in address
+    /// order sees each key's records in the order they were made).
+    pub(crate) fn placement(
+        &self,
+        log: &LogState,
+        len: u64,
+        cold: Option<u64>,
+    ) -> Option<Placement> {
         let seg = self.geo.segment_bytes;
-        if cold {
+        if let Some(above) = cold {
             if let Some(c) = log.cold {
-                if c.head + len <= c.end {
+                if c.head + len <= c.end && c.head > above {
                     return Some(Placement {
                         addr: c.head,
                         opens: false,
@@ -239,7 +258,7 @@ impl Store {
     }
 
     /// Takes the place [`Store::placement`] chose for `len` bytes.
-    fn place(&self, log: &mut LogState, len: u64, cold: bool) -> Result<u64> {
+    fn place(&self, log: &mut LogState, len: u64, cold: Option<u64>) -> Result<u64> {
         let seg = self.geo.segment_bytes;
         let p = self
             .placement(log, len, cold)
@@ -248,7 +267,7 @@ impl Store {
             let n = p.addr / seg;
             let born = log.head;
             log.slots.occupy(n, born);
-            if cold {
+            if cold.is_some() {
                 log.cold = Some(ColdSeg {
                     head: p.addr,
                     end: p.addr + seg,
@@ -264,7 +283,7 @@ impl Store {
         // would fill next closes it (the rest of it stays unused).
         let ring = self.geo.ring_bytes;
         if let Some(c) = log.cold {
-            if !cold && p.addr + len > c.head + ring {
+            if cold.is_none() && p.addr + len > c.head + ring {
                 log.cold = None;
             }
         }
@@ -297,7 +316,7 @@ impl Store {
     /// segment (foreground appends leave [`CLEANER_SLOTS`] to the cleaner),
     /// no ring bytes that are not yet on the device overwritten, and
     /// while a cleaner runs, disk use within [`Store::disk_budget`].
-    pub(crate) async fn reserve_space(&self, len: u64, cold: bool) -> Result<()> {
+    pub(crate) async fn reserve_space(&self, len: u64, cold: Option<u64>) -> Result<()> {
         let max = self.geo.segment_bytes.min(self.geo.ring_bytes / 2);
         if len > max {
             return Err(StoreError::Invalid(format!(
@@ -312,7 +331,7 @@ impl Store {
                 let place = self.placement(&l, len, cold);
                 (place, l.unwritten_floor(), l.slots.free)
             };
-            let reserve = if cold { 1 } else { 1 + CLEANER_SLOTS };
+            let reserve = if cold.is_some() { 1 } else { 1 + CLEANER_SLOTS };
             let Some(place) = place.filter(|p| !p.opens || free >= reserve) else {
                 self.head_watch.wake_all();
                 self.wait_for_space().await;
@@ -323,7 +342,7 @@ impl Store {
                 continue;
             }
             let used = self.log_used() + u64::from(place.opens) * self.geo.segment_bytes;
-            let over_budget = !cold
+            let over_budget = cold.is_none()
                 && place.opens
                 && self.cleaner_active.get()
                 && used > self.disk_budget()
@@ -396,10 +415,16 @@ impl Store {
         debug_assert_eq!(len % RECORD_ALIGN, 0);
         let end = addr + len as u64;
         match (spec.cold, log.cold.as_mut()) {
-            (true, Some(c)) => c.head = end,
+            (Some(_), Some(c)) => c.head = end,
             _ => log.head = end,
         }
         log.note_unwritten(addr, end);
+        let single = !(punch
+            || spec.flags.has(RecordFlags::TOMBSTONE)
+            || spec.flags.has(RecordFlags::EXTENT));
+        if !single {
+            log.slots.pin(addr / self.geo.segment_bytes);
+        }
         log.appends += 1;
         let hash = spec.key.hash().0;
         if punch {
@@ -580,12 +605,16 @@ impl Store {
             (log.unwritten.clone(), log.pending.len(), log.head)
         };
         let appends = self.log.borrow().appends;
-        for &(from, to) in &ranges {
+        // The ranges (the hot head's, the cold segment's) are written at
+        // once: a commit waits for one device write, not one per range.
+        let writes = ranges.iter().map(|&(from, to)| async move {
             let mut at = from;
             while at < to {
                 at = self.write_chunk(at, to).await?;
             }
-        }
+            Ok::<(), StoreError>(())
+        });
+        futures::future::try_join_all(writes).await?;
         if self.config.durability == Durability::Device {
             if let Err(e) = self.chan.flush().await {
                 self.set_poison(format!("log flush: {e}"));
@@ -683,7 +712,7 @@ impl Store {
             let p = {
                 let mut log = self.log.borrow_mut();
                 let Some(p) = log.pending.pop_front() else {
-                    return Ok(());
+                    break;
                 };
                 if p.punch {
                     log.pending_punches -= 1;
@@ -704,6 +733,7 @@ impl Store {
                 return Err(e);
             }
         }
+        self.free_zero_slots();
         Ok(())
     }
 

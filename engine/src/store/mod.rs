@@ -284,6 +284,9 @@ pub struct StoreStats {
     /// Ring bytes the keeper gave up on because it fell behind.
     pub keeper_skipped_bytes: u64,
     pub checkpoints: u64,
+    /// Segments freed as soon as their last live record died, with no
+    /// checkpoint ([`Store::free_zero_slots`]).
+    pub segments_freed_early: u64,
     /// [`Store::fetch_batch`] calls and the keys they fetched (the engine
     /// serves batch frames and bursts of pipelined GETs that way).
     pub fetch_batches: u64,
@@ -316,6 +319,7 @@ struct Counters {
     keeper_bytes_kept: u64,
     keeper_skipped_bytes: u64,
     checkpoints: u64,
+    segments_freed_early: u64,
     fetch_batches: u64,
     fetch_batch_keys: u64,
 }
@@ -350,6 +354,8 @@ pub struct Store {
     /// Bytes the last checkpoint wrote: a cleaning pass scans several times
     /// as much, so that checkpoints stay a small part of its writes.
     checkpoint_bytes: Cell<u64>,
+    /// Where replay would start from the last durable checkpoint.
+    checkpoint_replay_start: Cell<u64>,
     checkpoint_lock: glommio::sync::Semaphore,
     cleaner_stop: Cell<bool>,
     /// Wakes the cleaner and the keeper as the head moves.
@@ -458,6 +464,7 @@ impl Store {
             keeper_bytes_kept: c.keeper_bytes_kept,
             keeper_skipped_bytes: c.keeper_skipped_bytes,
             checkpoints: c.checkpoints,
+            segments_freed_early: c.segments_freed_early,
             fetch_batches: c.fetch_batches,
             fetch_batch_keys: c.fetch_batch_keys,
             bucket_slots_used: t.used_slots(),

@@ -79,7 +79,7 @@ impl<'a> AppendSpec<'a> {
             version: None,
             origin: None,
             held: None,
-            cold: false,
+            cold: None,
         }
     }
 }
@@ -168,7 +168,7 @@ impl Store {
     /// Returns the end of the record and its version.
     async fn append(&self, mut spec: AppendSpec<'_>, array: Option<bool>) -> Result<(u64, u64)> {
         let len = record_len(spec.key, spec.value.len()) as u64;
-        self.reserve_space(len, false).await?;
+        self.reserve_space(len, None).await?;
         if let Some(array) = array {
             spec.held = Some(self.check_write(spec.key, array)?);
         }
@@ -259,7 +259,7 @@ impl Store {
         let len = record_len(key, value.len()) as u64;
         let hash = key.hash().0;
         for _ in 0..CONDITIONAL_ROUNDS {
-            self.reserve_space(len, false).await?;
+            self.reserve_space(len, None).await?;
             if self.has_pending(hash) {
                 self.wait_all_durable().await?;
                 continue;

@@ -117,6 +117,7 @@ impl Store {
             home_queue: Some(glommio::executor().current_task_queue()),
             me: RefCell::default(),
             checkpoint_bytes: Cell::new(0),
+            checkpoint_replay_start: Cell::new(0),
             keeper: Cell::new(Default::default()),
             flushed_upto: Cell::new(0),
             flush_lock: glommio::sync::Semaphore::new(1),
@@ -224,6 +225,9 @@ impl Store {
                 if n != FREE {
                     slots.occupy(n, 0);
                     slots.live[s] = 1;
+                    // What it holds besides single values is not known:
+                    // only a checkpoint may free it.
+                    slots.pinned[s] = true;
                 }
             }
             log.slots = slots;
@@ -249,50 +253,64 @@ impl Store {
     /// Replays the segments from the one holding `start`, in address
     /// order: each from its first record (from `start` in the first) up to
     /// the first record that does not check (its end: the rest was never
-    /// written, or was torn). A segment number whose slot holds an older
-    /// live segment (`old`) was skipped by the heads; the others are probed
-    /// by their first record, and replay ends after [`PROBE_MISSES`] in a
-    /// row hold none (a crash can leave only a few segments opened and
-    /// never written). Returns the end of the last record replayed and the
-    /// first segment number past every one probed.
+    /// written, or was torn). A segment number whose slot holds a newer
+    /// segment was freed (or skipped) and its slot reused: the log goes on
+    /// at least to that one. One whose slot holds a live older segment (one
+    /// the checkpoint's index (`old`) or this replay found there) was
+    /// skipped by the heads. Any other is a miss. Past the newest segment
+    /// seen, replay ends after [`PROBE_MISSES`] misses in a row (a crash
+    /// can leave only a few segments opened and never written), or a whole
+    /// lap of numbers with none replayed (a head opens the first free slot
+    /// within a lap of the last segment). Returns the end of the last
+    /// record replayed and the first segment number past every one probed.
     async fn replay(&self, start: u64, old: &[u64], max_version: &mut u64) -> Result<(u64, u64)> {
         let seg = self.geo.segment_bytes;
         let slots = self.geo.slots();
         let mut reader = LogReader::default();
         let first = start / seg;
-        let (mut end, mut misses, mut n) = (start, 0, first);
-        while n < first + slots && misses < PROBE_MISSES {
+        let mut known = old.to_vec();
+        let (mut end, mut newest, mut n) = (start, first, first);
+        let (mut misses, mut idle) = (0, 0);
+        while n <= newest || (idle < slots && misses < PROBE_MISSES) {
             let s = (n % slots) as usize;
-            if old[s] != FREE && old[s] != n {
-                n += 1;
-                continue;
-            }
             let from = if n == first { start } else { n * seg };
             match self.replay_segment(&mut reader, from, max_version).await? {
-                Some(e) if e > from => {
+                Probe::Replayed(e) => {
                     end = e;
-                    misses = 0;
+                    (misses, idle) = (0, 0);
+                    known[s] = n;
+                    newest = newest.max(n);
                 }
+                Probe::Holds(Some(h)) if h > n => newest = newest.max(h),
                 _ if n == first => {}
-                _ => misses += 1,
+                Probe::Holds(h) => {
+                    idle += 1;
+                    if h.is_none_or(|h| known[s] != h) {
+                        misses += 1;
+                    }
+                }
             }
             n += 1;
         }
         Ok((end, n + 1))
     }
 
-    /// Replays the records of one segment from `at`; returns the end of the
-    /// last one (`None` if the first does not check).
+    /// Replays the records of one segment from `at`, if its first record
+    /// checks and is at `at`.
     async fn replay_segment(
         &self,
         reader: &mut LogReader,
         mut at: u64,
         max_version: &mut u64,
-    ) -> Result<Option<u64>> {
-        let seg_end = (at / self.geo.segment_bytes + 1) * self.geo.segment_bytes;
+    ) -> Result<Probe> {
+        let seg = self.geo.segment_bytes;
+        let seg_end = (at / seg + 1) * seg;
         let mut any = false;
         while at + (HEADER_BYTES as u64) <= seg_end {
-            let Some(head) = reader.get(self, at, HEADER_BYTES).await? else {
+            // Until the first record checks, this may not be the segment:
+            // no window of the log is read for it.
+            let min = if any { reader.chunk } else { 0 };
+            let Some(head) = reader.get_min(self, at, HEADER_BYTES, min).await? else {
                 break;
             };
             let value_len = u32::from_le_bytes([
@@ -302,13 +320,16 @@ impl Store {
                 head[OFF_VALUE_LEN + 3],
             ]) as u64;
             let max_len = (seg_end - at).min(HEADER_BYTES as u64 + 8192 + value_len + 8);
-            let Some(bytes) = reader.get(self, at, max_len as usize).await? else {
+            let Some(bytes) = reader.get_min(self, at, max_len as usize, min).await? else {
                 break;
             };
             let Ok(view) = RecordView::parse(bytes) else {
                 break;
             };
             if view.addr() != at {
+                if !any {
+                    return Ok(Probe::Holds(Some(view.addr() / seg)));
+                }
                 break;
             }
             let len = view.len();
@@ -325,8 +346,21 @@ impl Store {
             at += len as u64;
             any = true;
         }
-        Ok(any.then_some(at))
+        Ok(if any {
+            Probe::Replayed(at)
+        } else {
+            Probe::Holds(None)
+        })
     }
+}
+
+/// What replay found at a segment's start.
+enum Probe {
+    /// The segment's records, replayed up to this end.
+    Replayed(u64),
+    /// Not the segment: the number of the one whose first record is there
+    /// instead, `None` if none checks.
+    Holds(Option<u64>),
 }
 
 async fn read_at(chan: &dyn Channel, device: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -379,6 +413,19 @@ impl LogReader {
     /// `len` bytes at log address `addr`, or `None` if they would cross the
     /// end of its segment (no record does).
     pub async fn get(&mut self, store: &Store, addr: u64, len: usize) -> Result<Option<&[u8]>> {
+        self.get_min(store, addr, len, self.chunk).await
+    }
+
+    /// [`LogReader::get`], reading at least `min` bytes (whole blocks)
+    /// when the window does not hold them: a probe of a segment's first
+    /// record reads a block, not a window.
+    pub async fn get_min(
+        &mut self,
+        store: &Store,
+        addr: u64,
+        len: usize,
+        min: u64,
+    ) -> Result<Option<&[u8]>> {
         let seg = store.geo.segment_bytes;
         let lap_end = (addr / seg + 1) * seg;
         if addr + len as u64 > lap_end {
@@ -391,10 +438,7 @@ impl LogReader {
             // Still in the memory ring (the cleaner's common case once the
             // ring holds gigabytes, and bulk commits bypass the page cache):
             // copied out now, with no await between the check and the copy.
-            let n = (len as u64)
-                .max(self.chunk)
-                .min(head - addr)
-                .min(lap_end - addr) as usize;
+            let n = (len as u64).max(min).min(head - addr).min(lap_end - addr) as usize;
             // A device buffer is whole blocks; the window is `n` bytes.
             let bs = store.geo.block_size as usize;
             let mut b = store.io_buffer(self.buf.take(), n.next_multiple_of(bs))?;
@@ -405,7 +449,7 @@ impl LogReader {
         } else if !have {
             let bs = u64::from(store.geo.block_size);
             let start = addr / bs * bs;
-            let want = (addr + len as u64 - start).max(self.chunk);
+            let want = (addr + len as u64 - start).max(min);
             let n = want.min(lap_end - start).div_ceil(bs) * bs;
             let n = n.min(lap_end - start);
             let (buf, off) = store

@@ -6,8 +6,19 @@
 //! (`log_offset + addr % log_bytes`) and readers of the device log need no
 //! table. A head that reaches an occupied slot skips that segment number:
 //! the address space has holes, the device has none. Slots are freed out of
-//! order, by the checkpoint after the cleaner has copied their live records
-//! away ([`Store::free_dead_slots`]).
+//! order, two ways:
+//! - a sealed segment of single values only whose last live record was
+//!   superseded or deleted is freed as soon as that is published
+//!   ([`Store::free_zero_slots`]), with no checkpoint: replay from the last
+//!   checkpoint meets each of its keys again later in the log (the records
+//!   that superseded them are durable before they are published), so its
+//!   records are no longer needed, whether replay finds them or the slot's
+//!   next segment;
+//! - any other slot (one holding a tombstone, a punch or a byte-array
+//!   record, whose liveness the estimates do not know exactly, and whose
+//!   tombstones must outlive every older record of their key) by the
+//!   checkpoint that finds it without live records, once that is durable
+//!   ([`Store::free_dead_slots`]).
 
 use super::dir::Entry;
 use super::Store;
@@ -27,6 +38,12 @@ pub(crate) struct Slots {
     pub live: Vec<u64>,
     /// The hot head when the slot was opened (its age for the cleaner).
     pub born: Vec<u64>,
+    /// The slot holds a record that is not a single value (a tombstone, a
+    /// punch, a byte-array piece): only a checkpoint may free it.
+    pub pinned: Vec<bool>,
+    /// Segments whose live bytes fell to 0, to free once sealed and
+    /// published ([`Store::free_zero_slots`]).
+    pub zero: Vec<u64>,
     pub free: usize,
 }
 
@@ -37,6 +54,8 @@ impl Slots {
             held: vec![FREE; n],
             live: vec![0; n],
             born: vec![0; n],
+            pinned: vec![false; n],
+            zero: Vec::new(),
             free: n,
         }
     }
@@ -64,6 +83,7 @@ impl Slots {
         self.held[s] = n;
         self.live[s] = 0;
         self.born[s] = born;
+        self.pinned[s] = false;
     }
 
     pub fn release(&mut self, slot: usize) {
@@ -72,6 +92,14 @@ impl Slots {
         }
         self.held[slot] = FREE;
         self.live[slot] = 0;
+        self.pinned[slot] = false;
+    }
+
+    /// Marks segment `n`'s slot as holding a record only a checkpoint can
+    /// tell the liveness of.
+    pub fn pin(&mut self, n: u64) {
+        let s = self.slot_of(n);
+        self.pinned[s] = true;
     }
 
     pub fn used(&self) -> u64 {
@@ -95,12 +123,22 @@ impl Slots {
 
     pub fn sub_live(&mut self, segment: u64, bytes: u64) {
         let s = self.slot_of(segment);
-        self.live[s] = self.live[s].saturating_sub(bytes);
+        let was = self.live[s];
+        self.live[s] = was.saturating_sub(bytes);
+        if was > 0 && self.live[s] == 0 && self.held[s] == segment && !self.pinned[s] {
+            self.zero.push(segment);
+        }
     }
 
     /// Replaces the estimates with exact per-slot live bytes.
     pub fn set_exact(&mut self, exact: &[u64]) {
         self.live.copy_from_slice(exact);
+        for (s, &live) in exact.iter().enumerate() {
+            let n = self.held[s];
+            if live == 0 && n != FREE && !self.pinned[s] && !self.zero.contains(&n) {
+                self.zero.push(n);
+            }
+        }
     }
 }
 
@@ -121,6 +159,42 @@ impl Store {
         Self::each_live_record(e, |addr, bytes| {
             live[((addr / seg) % slots) as usize] += bytes.max(1);
         });
+    }
+
+    /// Frees the slots of [`Slots::zero`] that are still without live
+    /// records, unpinned, sealed and published (all their records are then
+    /// superseded by durable ones); keeps the others that may still be
+    /// freed so (open or not yet published).
+    pub(crate) fn free_zero_slots(&self) {
+        let seg = self.geo.segment_bytes;
+        let mut log = self.log.borrow_mut();
+        if log.slots.zero.is_empty() {
+            return;
+        }
+        let published = log.published();
+        let (hot, cold) = log.open_segments(seg);
+        let slots = &mut log.slots;
+        let before = slots.free;
+        let mut zero = std::mem::take(&mut slots.zero);
+        zero.retain(|&n| {
+            let s = slots.slot_of(n);
+            if slots.held[s] != n || slots.live[s] != 0 || slots.pinned[s] {
+                return false;
+            }
+            let open = Some(n) == hot || Some(n) == cold;
+            if open || (n + 1) * seg > published {
+                return true;
+            }
+            slots.release(s);
+            false
+        });
+        slots.zero = zero;
+        let freed = (slots.free - before) as u64;
+        drop(log);
+        if freed > 0 {
+            self.counters.borrow_mut().segments_freed_early += freed;
+            self.space_freed();
+        }
     }
 
     /// Frees every slot that held no live record at a checkpoint whose
