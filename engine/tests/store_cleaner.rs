@@ -401,10 +401,11 @@ fn the_cleaner_starts_at_one_and_a_half_times_the_live_data() {
     });
 }
 
-/// Every pass ends with a checkpoint of the whole index; with many small
-/// keys a pass scans several times the last checkpoint's bytes, not one
-/// segment per checkpoint — but only segments worth cleaning: with the
-/// garbage all in one place, the wholly live segments are left alone.
+/// A pass with a pinned victim ends with a checkpoint of the whole index;
+/// with many small keys a pass cleans several times the last checkpoint's
+/// bytes, not one segment per checkpoint — but only segments worth
+/// cleaning: with the garbage all in one place, the wholly live segments
+/// are left alone.
 #[test]
 fn a_cleaning_pass_scans_several_checkpoints_worth() {
     on_fresh_store(|s| async move {
@@ -433,7 +434,14 @@ fn a_cleaning_pass_scans_several_checkpoints_worth() {
         }
         let report = s.clean().await.unwrap();
         println!("{report:?}");
-        assert!(report.scanned_bytes >= 4 * seg, "{report:?}");
+        assert!(report.victims >= 4, "{report:?}");
+        // Victims of single values only: their live records are found by
+        // a walk of the bucket table and only those are read (the dead
+        // third of each is not).
+        assert!(
+            report.scanned_bytes <= report.bytes_copied + seg,
+            "{report:?}"
+        );
         for k in 1..N {
             assert_eq!(get(&s, k).await, Some(vec![k as u8; 100]), "key {k}");
         }

@@ -119,6 +119,22 @@ impl BucketTable {
         unsafe { self.region.as_ptr().add(i as usize * BUCKET_BYTES) }
     }
 
+    /// Buckets `0..touched()` may hold slots: the main ones and every
+    /// overflow bucket used so far.
+    pub fn touched(&self) -> u32 {
+        self.untouched
+    }
+
+    /// Calls `f` with every slot in use in the buckets `range` (within
+    /// `0..touched()`).
+    pub fn for_each_slot(&self, range: std::ops::Range<u32>, mut f: impl FnMut(&Slot)) {
+        for i in range {
+            for s in self.load(i).slots().iter().filter(|s| !s.is_empty()) {
+                f(s);
+            }
+        }
+    }
+
     /// Reads bucket `i` (the owning xstream is its only writer).
     pub fn load(&self, i: u32) -> Bucket {
         // SAFETY: in bounds, 64-byte aligned (region is page aligned).

@@ -31,6 +31,7 @@ use super::recover::LogReader;
 use super::segments::FREE;
 use super::{Store, StoreError};
 use crate::store::error::Result;
+use ferrite_proto::bucket::BUCKET_BYTES;
 use ferrite_proto::record::{record_len, RecordFlags, RecordView, HEADER_BYTES, OFF_VALUE_LEN};
 use std::rc::Rc;
 use std::time::Duration;
@@ -61,6 +62,9 @@ pub const CLEANER_SHARES: usize = 50;
 /// cleaner's slices, and a 4 MiB one held every foreground request on the
 /// xstream for milliseconds.
 const CLEANER_READ_BYTES: u64 = 256 << 10;
+/// Buckets the cleaner's walk of the bucket table reads between looks at
+/// its time slice (128 KiB).
+const WALK_BUCKETS: u32 = 2048;
 /// Longest the cleaner runs before it lets the foreground run: the delay it
 /// can add to a foreground request (the xstream's preempt timer is
 /// milliseconds long).
@@ -76,6 +80,9 @@ pub struct CleanReport {
     pub bytes_copied: u64,
     /// Records found dead by their key's bucket chain alone.
     pub records_dead_by_slot: u64,
+    /// Live records left in place because an update or punch of their key
+    /// was waiting to be published.
+    pub records_skipped_pending: u64,
     pub checkpoint: Option<CheckpointInfo>,
 }
 
@@ -214,23 +221,31 @@ impl Store {
                 .is_none()
     }
 
-    /// Copies the record at `origin` forward if it is live; bytes copied.
-    /// The copies are committed with the next group commit: waiting for
-    /// each (as the step after an append did, finding its own copy
-    /// pending) cost a commit, a block write, per relocated record.
-    async fn relocate(&self, origin: u64, view: &RecordView<'_>) -> Result<u64> {
+    /// Copies the record at `origin` forward if it is live; bytes copied
+    /// (`None`: skipped, an update or punch of its key is waiting to be
+    /// published). The copies are committed with the next group commit:
+    /// waiting for each (as the step after an append did, finding its own
+    /// copy pending) cost a commit, a block write, per relocated record.
+    /// A record whose key has a foreground update pending is about to die:
+    /// waiting for that commit cost the cleaner a turn of the foreground's
+    /// queue (milliseconds) for each hot key's record, and once it is
+    /// published the segment is freed without the copy (or, if the record
+    /// outlives it, cleaned by a later pass).
+    async fn relocate(&self, origin: u64, view: &RecordView<'_>) -> Result<Option<u64>> {
         let mut copied = 0;
         let room = view.len() as u64;
         for _ in 0..RELOCATE_ROUNDS {
             self.reserve_space(room, Some(origin)).await?;
             match self.relocate_step(origin, view, room, true)? {
-                Step::Done => return Ok(copied),
+                Step::Done => return Ok(Some(copied)),
                 Step::Appended { bytes, more } => {
                     copied += bytes;
                     if !more {
-                        return Ok(copied);
+                        return Ok(Some(copied));
                     }
                 }
+                Step::Blocked if copied == 0 => return Ok(None),
+                // The pieces copied so far wait to be published.
                 Step::Blocked => {
                     self.wait_all_durable().await?;
                 }
@@ -286,14 +301,17 @@ impl Store {
     }
 
     /// One cleaning pass: copies the live records of the segments
-    /// [`Store::choose_victims`] picks to the cold segment, then
-    /// checkpoints, which frees them.
+    /// [`Store::choose_victims`] picks to the cold segment. Victims of
+    /// single values only are freed as their copies are published
+    /// ([`Store::free_zero_slots`]); if any victim is pinned, the pass ends
+    /// with a checkpoint, which frees it.
     pub async fn clean(&self) -> Result<CleanReport> {
         self.check_writable()?;
-        let seg = self.geo.segment_bytes;
         let mut report = CleanReport::default();
-        let mut reader = LogReader::with_chunk(CLEANER_READ_BYTES);
-        let mut slice = Slice::start();
+        let mut pass = Pass {
+            reader: LogReader::with_chunk(CLEANER_READ_BYTES),
+            slice: Slice::start(),
+        };
         let victims = self.choose_victims();
         if victims.is_empty() {
             // Only open segments to clean (or none): nothing to free until
@@ -301,44 +319,141 @@ impl Store {
             return Ok(report);
         }
         report.victims = victims.len() as u64;
-        for (n, live) in victims {
-            if live == 0 {
-                // Nothing live by the estimate (exact for single values):
-                // the checkpoint frees it if that holds, no scan needed.
-                continue;
-            }
-            let (mut at, end) = (n * seg, (n + 1) * seg);
-            while at + (HEADER_BYTES as u64) <= end {
-                let bytes = self.read_for_clean(&mut reader, at, end - at).await?;
-                // The segment's records end at the first that does not
-                // check: the rest was never written.
-                let Some(view) = RecordView::parse(bytes).ok().filter(|v| v.addr() == at) else {
-                    break;
-                };
-                let f = view.flags();
-                let dead = f.has(RecordFlags::PAD) || f.has(RecordFlags::TOMBSTONE);
-                if !dead && self.surely_dead(at, &view) {
-                    report.records_dead_by_slot += 1;
-                } else if !dead {
-                    let n = self.relocate(at, &view).await?;
-                    if n > 0 {
-                        report.records_copied += 1;
-                        report.bytes_copied += n;
-                    }
-                }
-                report.scanned_bytes += view.len() as u64;
-                at += view.len() as u64;
-                slice.tick().await;
-            }
+        let (listed, scanned, pinned) = self.split_victims(&victims);
+        if !listed.is_empty() {
+            self.clean_listed(&listed, &mut pass, &mut report).await?;
+        }
+        for n in scanned {
+            self.clean_scanned(n, &mut pass, &mut report).await?;
         }
         self.wait_all_durable().await?;
-        report.checkpoint = Some(self.checkpoint().await?);
+        if pinned {
+            report.checkpoint = Some(self.checkpoint().await?);
+        }
         let mut c = self.counters.borrow_mut();
         c.cleaner_passes += 1;
         c.cleaner_records_copied += report.records_copied;
         c.cleaner_bytes_copied += report.bytes_copied;
         c.cleaner_dead_by_slot += report.records_dead_by_slot;
         Ok(report)
+    }
+
+    /// Splits the victims with live records into those whose live records
+    /// one walk of the bucket table lists (sorted segment numbers: single
+    /// values only, when the walk reads fewer bytes than their segments
+    /// hold) and those read whole; and says whether any victim is pinned.
+    /// (Victims without live records need neither: freed at once, or by the
+    /// checkpoint if pinned.)
+    fn split_victims(&self, victims: &[(u64, u64)]) -> (Vec<u64>, Vec<u64>, bool) {
+        let seg = self.geo.segment_bytes;
+        let log = self.log.borrow();
+        let is_pinned = |n: u64| log.slots.pinned[log.slots.slot_of(n)];
+        let pinned = victims.iter().any(|&(n, _)| is_pinned(n));
+        let (mut listed, mut scanned): (Vec<u64>, Vec<u64>) = victims
+            .iter()
+            .filter(|&&(_, live)| live > 0)
+            .map(|&(n, _)| n)
+            .partition(|&n| !is_pinned(n));
+        let walk = u64::from(self.table.borrow().touched()) * BUCKET_BYTES as u64;
+        if walk > listed.len() as u64 * seg {
+            scanned.append(&mut listed);
+        }
+        listed.sort_unstable();
+        (listed, scanned, pinned)
+    }
+
+    /// Copies out the live records of the segments `victims` (sorted; single
+    /// values only), found by one walk of the bucket table: a live single
+    /// value is exactly a record a bucket slot points at. Only those are
+    /// read (a window at a time), never the dead records between them.
+    async fn clean_listed(
+        &self,
+        victims: &[u64],
+        pass: &mut Pass,
+        report: &mut CleanReport,
+    ) -> Result<()> {
+        let seg = self.geo.segment_bytes;
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        let touched = self.table.borrow().touched();
+        let mut from = 0;
+        while from < touched {
+            let to = touched.min(from + WALK_BUCKETS);
+            self.table.borrow().for_each_slot(from..to, |s| {
+                if victims.binary_search(&(s.addr / seg)).is_ok() {
+                    live.push((s.addr, u64::from(s.length)));
+                }
+            });
+            from = to;
+            pass.slice.tick().await;
+        }
+        live.sort_unstable();
+        for (i, &(addr, len)) in live.iter().enumerate() {
+            // Read through to the last listed record of the same segment
+            // within a window: one read serves them all.
+            let window = live[i..]
+                .iter()
+                .take_while(|r| r.0 / seg == addr / seg && r.0 + r.1 - addr <= CLEANER_READ_BYTES)
+                .last()
+                .map_or(len, |r| r.0 + r.1 - addr);
+            let got = pass
+                .reader
+                .get_min(self, addr, len as usize, window)
+                .await?;
+            // A record that moved or died since the walk: nothing to copy.
+            let Some(view) = got.and_then(|b| RecordView::parse(b).ok()) else {
+                continue;
+            };
+            if view.addr() != addr || view.flags().has(RecordFlags::EXTENT) {
+                continue;
+            }
+            report.scanned_bytes += len;
+            self.relocate_counted(addr, &view, report).await?;
+            pass.slice.tick().await;
+        }
+        Ok(())
+    }
+
+    /// Reads segment `n` record by record, copying out the live ones.
+    async fn clean_scanned(&self, n: u64, pass: &mut Pass, report: &mut CleanReport) -> Result<()> {
+        let seg = self.geo.segment_bytes;
+        let (mut at, end) = (n * seg, (n + 1) * seg);
+        while at + (HEADER_BYTES as u64) <= end {
+            let bytes = self.read_for_clean(&mut pass.reader, at, end - at).await?;
+            // The segment's records end at the first that does not
+            // check: the rest was never written.
+            let Some(view) = RecordView::parse(bytes).ok().filter(|v| v.addr() == at) else {
+                break;
+            };
+            let f = view.flags();
+            let dead = f.has(RecordFlags::PAD) || f.has(RecordFlags::TOMBSTONE);
+            if !dead && self.surely_dead(at, &view) {
+                report.records_dead_by_slot += 1;
+            } else if !dead {
+                self.relocate_counted(at, &view, report).await?;
+            }
+            report.scanned_bytes += view.len() as u64;
+            at += view.len() as u64;
+            pass.slice.tick().await;
+        }
+        Ok(())
+    }
+
+    /// [`Store::relocate`], counted in `report`.
+    async fn relocate_counted(
+        &self,
+        at: u64,
+        view: &RecordView<'_>,
+        report: &mut CleanReport,
+    ) -> Result<()> {
+        match self.relocate(at, view).await? {
+            Some(0) => {}
+            Some(n) => {
+                report.records_copied += 1;
+                report.bytes_copied += n;
+            }
+            None => report.records_skipped_pending += 1,
+        }
+        Ok(())
     }
 
     /// The bytes of the record at `at` (and possibly some after it), `left`
@@ -467,6 +582,12 @@ impl Store {
         self.cleaner_stop.set(true);
         self.head_watch.wake_all();
     }
+}
+
+/// A pass's reader and time slice.
+struct Pass {
+    reader: LogReader,
+    slice: Slice,
 }
 
 /// The cleaner's time slice: [`Slice::tick`] yields the task queue once the
