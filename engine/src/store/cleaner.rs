@@ -20,7 +20,7 @@
 //! so an older array record never overwrites newer extents on replay.
 //! Tombstones are never copied: the checkpoint written at the end of each pass
 //! covers them, and a segment holding one is only freed once that checkpoint
-//! is durable. The cleaner also checkpoints every half log the head moves
+//! is durable. The cleaner also checkpoints every lap of the log the head moves
 //! ([`Store::checkpoint_due`]), so replay stays bounded when overwrites free
 //! their segments with no pass at all.
 
@@ -53,8 +53,10 @@ const PASS_FREE_SEGMENTS: u64 = 2;
 const MAX_VICTIM_USE: f64 = 0.95;
 /// The background cleaner checkpoints whenever the head has moved this
 /// fraction of the device log since the last checkpoint: recovery then
-/// replays at most about that much.
-const CHECKPOINT_EVERY_LOG_FRACTION: u64 = 2;
+/// replays at most about that much (a lap: as much as when only
+/// checkpoints freed segments, and a workload that frees none early, such
+/// as a file system's byte arrays, gets no more checkpoints than before).
+const CHECKPOINT_EVERY_LOG_FRACTION: u64 = 1;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
 /// The cleaner's device reads: a read the page cache holds completes in
@@ -500,7 +502,7 @@ impl Store {
         self.checkpoint_replay_start.get() + self.geo.log_bytes / CHECKPOINT_EVERY_LOG_FRACTION
     }
 
-    /// Has the head moved a [`CHECKPOINT_EVERY_LOG_FRACTION`] of the
+    /// Has the head moved 1 / [`CHECKPOINT_EVERY_LOG_FRACTION`] of the
     /// device log past where the last checkpoint's replay starts? (Segments
     /// freed as their records die need no checkpoint, so without this an
     /// overwrite workload would never take one and replay would grow
