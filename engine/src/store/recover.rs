@@ -281,8 +281,10 @@ impl Store {
                     known[s] = n;
                     newest = newest.max(n);
                 }
-                Probe::Holds(Some(h)) if h > n => newest = newest.max(h),
+                // Read at `replay_start`, maybe mid-segment: bytes there
+                // may be stale ones of any age, not a slot's first record.
                 _ if n == first => {}
+                Probe::Holds(Some(h)) if h > n => newest = newest.max(h),
                 Probe::Holds(h) => {
                     idle += 1;
                     if h.is_none_or(|h| known[s] != h) {
