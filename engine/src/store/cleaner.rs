@@ -51,12 +51,6 @@ const CHECKPOINT_AMORTIZE: u64 = 8;
 const PASS_FREE_SEGMENTS: u64 = 2;
 /// Segments more live than this are never worth cleaning.
 const MAX_VICTIM_USE: f64 = 0.95;
-/// The background cleaner checkpoints whenever the head has moved this
-/// fraction of the device log since the last checkpoint: recovery then
-/// replays at most about that much (a lap: as much as when only
-/// checkpoints freed segments, and a workload that frees none early, such
-/// as a file system's byte arrays, gets no more checkpoints than before).
-const CHECKPOINT_EVERY_LOG_FRACTION: u64 = 1;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
 /// The cleaner's device reads: a read the page cache holds completes in
@@ -499,11 +493,13 @@ impl Store {
 
     /// The head at which [`Store::checkpoint_due`] turns true.
     fn checkpoint_mark(&self) -> u64 {
-        self.checkpoint_replay_start.get() + self.geo.log_bytes / CHECKPOINT_EVERY_LOG_FRACTION
+        self.checkpoint_replay_start.get() + self.geo.log_bytes
     }
 
-    /// Has the head moved 1 / [`CHECKPOINT_EVERY_LOG_FRACTION`] of the
-    /// device log past where the last checkpoint's replay starts? (Segments
+    /// Has the head moved a lap of the device log past where the last
+    /// checkpoint's replay starts? Recovery then replays at most about a
+    /// lap, as when only checkpoints freed segments, and a workload that
+    /// frees none early gets no more checkpoints than before. (Segments
     /// freed as their records die need no checkpoint, so without this an
     /// overwrite workload would never take one and replay would grow
     /// without bound.)

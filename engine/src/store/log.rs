@@ -419,10 +419,7 @@ impl Store {
             _ => log.head = end,
         }
         log.note_unwritten(addr, end);
-        let single = !(punch
-            || spec.flags.has(RecordFlags::TOMBSTONE)
-            || spec.flags.has(RecordFlags::EXTENT));
-        if !single {
+        if punch || spec.flags.has(RecordFlags::TOMBSTONE) || spec.flags.has(RecordFlags::EXTENT) {
             log.slots.pin(addr / self.geo.segment_bytes);
         }
         log.appends += 1;

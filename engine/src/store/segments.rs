@@ -135,7 +135,7 @@ impl Slots {
         self.live.copy_from_slice(exact);
         for (s, &live) in exact.iter().enumerate() {
             let n = self.held[s];
-            if live == 0 && n != FREE && !self.pinned[s] && !self.zero.contains(&n) {
+            if live == 0 && n != FREE && !self.pinned[s] {
                 self.zero.push(n);
             }
         }
