@@ -600,6 +600,11 @@ mod imp {
                         (st.cleaner_passes - before.cleaner_passes) as f64,
                     ),
                     f(
+                        "wait_timeouts",
+                        "count",
+                        (st.cleaner_wait_timeouts - before.cleaner_wait_timeouts) as f64,
+                    ),
+                    f(
                         "bytes_copied",
                         "B",
                         (st.cleaner_bytes_copied - before.cleaner_bytes_copied) as f64,

@@ -146,9 +146,18 @@ where
     F: FnOnce(Rc<Store>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
 {
+    on_fresh_store_with(cfg(), body)
+}
+
+/// [`on_fresh_store`] with the store configured by `config`.
+fn on_fresh_store_with<F, Fut>(config: StoreConfig, body: F)
+where
+    F: FnOnce(Rc<Store>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
     let bdev = ferrite_bdev::open("malloc:16M").unwrap();
     glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move { body(Rc::new(Store::open(bdev, cfg()).await.unwrap())).await })
+        .spawn(move || async move { body(Rc::new(Store::open(bdev, config).await.unwrap())).await })
         .unwrap()
         .join()
         .unwrap();
@@ -491,5 +500,71 @@ fn cold_records_are_copied_about_once() {
         for k in COLD..COLD + HOT {
             assert_eq!(get(&s, k).await, Some(value(k, seq - 1)), "key {k}");
         }
+    });
+}
+
+/// The wall foreground writes wait at: under skewed overwrites (most to a
+/// tenth of the keys, the rest to any key, so every segment keeps some
+/// long-lived records and only the cleaner frees it) of live data many
+/// segments large, the log never uses more than twice the live data. The memory ring holds more than the live
+/// data, so the cleaner copies its victims' records both out of the ring and
+/// from the device.
+#[test]
+fn skewed_overwrites_never_take_the_log_past_twice_the_live_data() {
+    const MANY: u32 = 3000;
+    const SKEWED_PER_TASK: u32 = 5000;
+    let config = StoreConfig {
+        ring_bytes: 6 << 20,
+        ..cfg()
+    };
+    on_fresh_store_with(config, |s| async move {
+        for k in 0..MANY {
+            put(&s, k, &value(k, 0)).await;
+        }
+        let live = s.stats().live_bytes;
+        let seg = cfg().segment_bytes;
+        assert!(live > 12 * seg, "live data of {live} B");
+        let cleaner = s.spawn_cleaner();
+        let max_used = Rc::new(Cell::new(0));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (s, max_used) = (s.clone(), max_used.clone());
+                glommio::spawn_local(async move {
+                    for i in 0..SKEWED_PER_TASK {
+                        let h = (i * TASKS + t).wrapping_mul(0x9E37_79B9) >> 8;
+                        let k = if i % 10 == 0 {
+                            h % MANY
+                        } else {
+                            h % (MANY / 10)
+                        };
+                        put(&s, k, &value(k, i + 1)).await;
+                        max_used.set(max_used.get().max(s.stats().log_used_bytes));
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+        s.stop_cleaner();
+        cleaner.await;
+        let st = s.stats();
+        println!(
+            "live {live} B, max used {} B ({:.2}x), appended {} B, copied {} B in {} passes",
+            max_used.get(),
+            max_used.get() as f64 / live as f64,
+            st.bytes_appended,
+            st.cleaner_bytes_copied,
+            st.cleaner_passes
+        );
+        assert_eq!(st.cleaner_failures, 0, "{st:?}");
+        assert_eq!(st.cleaner_wait_timeouts, 0, "a write waited out its budget");
+        assert_eq!(st.live_bytes, live, "overwrites of same-size values");
+        assert!(st.bytes_appended > 2 * st.log_capacity_bytes, "{st:?}");
+        assert!(
+            max_used.get() <= 2 * live,
+            "max used {} B over live {live} B",
+            max_used.get()
+        );
     });
 }

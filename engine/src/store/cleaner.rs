@@ -31,8 +31,10 @@ use super::recover::LogReader;
 use super::segments::FREE;
 use super::{Store, StoreError};
 use crate::store::error::Result;
+use ferrite_bdev::IoBuf;
 use ferrite_proto::bucket::BUCKET_BYTES;
 use ferrite_proto::record::{record_len, RecordFlags, RecordView, HEADER_BYTES, OFF_VALUE_LEN};
+use futures::StreamExt;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -42,8 +44,8 @@ const RELOCATE_ROUNDS: u32 = 64;
 const CLEANER_RECHECK: Duration = Duration::from_millis(100);
 /// Pause after a failed cleaning pass.
 const CLEANER_BACKOFF: Duration = Duration::from_millis(40);
-/// A cleaning pass scans at least this many times the bytes of the last
-/// checkpoint (at most a quarter of the log).
+/// A cleaning pass that ends with a checkpoint scans at least this many
+/// times the bytes of the last checkpoint (at most a quarter of the log).
 const CHECKPOINT_AMORTIZE: u64 = 8;
 /// A pass stops choosing victims once they free this many segments: its
 /// copies need room until the checkpoint that ends it frees the victims,
@@ -58,6 +60,9 @@ pub const CLEANER_SHARES: usize = 50;
 /// cleaner's slices, and a 4 MiB one held every foreground request on the
 /// xstream for milliseconds.
 const CLEANER_READ_BYTES: u64 = 256 << 10;
+/// Reads of listed live records one pass keeps in flight (at most
+/// [`CLEANER_READ_BYTES`] each).
+const WINDOWS_IN_FLIGHT: usize = 4;
 /// Buckets the cleaner's walk of the bucket table reads between looks at
 /// its time slice (128 KiB).
 const WALK_BUCKETS: u32 = 2048;
@@ -255,9 +260,12 @@ impl Store {
     /// The segments one cleaning pass copies out, best first: sealed and
     /// published ones (not an open head, wholly before the first record
     /// waiting to be published), by cost-benefit, until they free what the
-    /// log is over its target (at least a segment) and amount to at least
+    /// log is over its target (at least a segment), and, if one is pinned
+    /// (the pass then ends with a checkpoint), amount to at least
     /// [`CHECKPOINT_AMORTIZE`] times the last checkpoint (at most a
-    /// quarter of the log).
+    /// quarter of the log); else no more victims than hold about a
+    /// segment of live records, the room [`Store::disk_budget`] leaves the
+    /// copies.
     fn choose_victims(&self) -> Vec<(u64, u64)> {
         let seg = self.geo.segment_bytes;
         let log = self.log.borrow();
@@ -283,15 +291,28 @@ impl Store {
             .clamp(seg, PASS_FREE_SEGMENTS * seg);
         let want_scan =
             (CHECKPOINT_AMORTIZE * self.checkpoint_bytes.get()).min(self.geo.log_bytes / 4);
-        let (mut freed, mut scanned) = (0, 0);
+        let (mut freed, mut scanned, mut copies) = (0, 0, 0);
+        let mut pinned = false;
         let mut victims = Vec::new();
         for (_, n, live) in scored {
-            if (freed >= want_free && scanned >= want_scan) || scanned >= self.geo.log_bytes / 4 {
+            // A checkpoint ends the pass only if a victim is pinned: only
+            // then is it worth scanning more to amortize it.
+            let enough = freed >= want_free && (!pinned || scanned >= want_scan);
+            // The copies take room before their victims are freed: a pass
+            // of victims freed as their copies are published copies about a
+            // segment at most, so the log does not swell by several
+            // segments of copies while the foreground waits at its budget
+            // (old segments of cold records are nearly all live). A pass
+            // that ends with a checkpoint scans enough to amortize it.
+            let swells = !victims.is_empty() && !pinned && copies + live > seg;
+            if enough || swells || scanned >= self.geo.log_bytes / 4 {
                 break;
             }
             victims.push((n, live));
+            pinned |= slots.pinned[slots.slot_of(n)];
             freed += seg - live;
             scanned += seg;
+            copies += live;
         }
         victims
     }
@@ -361,13 +382,45 @@ impl Store {
     /// Copies out the live records of the segments `victims` (sorted; single
     /// values only), found by one walk of the bucket table: a live single
     /// value is exactly a record a bucket slot points at. Only those are
-    /// read (a window at a time), never the dead records between them.
+    /// read, never the dead records between them, in windows (a run of them
+    /// in one segment) that are all read at once, [`WINDOWS_IN_FLIGHT`] at
+    /// a time: each await costs the cleaner a turn of the foreground's
+    /// queue, so reading window after window made a pass as slow as the
+    /// sum of its device reads and their turns.
     async fn clean_listed(
         &self,
         victims: &[u64],
         pass: &mut Pass,
         report: &mut CleanReport,
     ) -> Result<()> {
+        let live = self.walk_live(victims, pass).await;
+        let windows = windows(&live, self.geo.segment_bytes);
+        let mut reads = futures::stream::iter(windows.iter().map(|w| self.read_window(w)))
+            .buffered(WINDOWS_IN_FLIGHT);
+        for w in &windows {
+            let (buf, off) = reads.next().await.expect("one read per window")?;
+            for &(addr, len) in &live[w.records.clone()] {
+                let at = off + (addr - w.start) as usize;
+                let bytes = &buf.as_slice()[at..at + len as usize];
+                // A record that moved or died since the walk: nothing to copy.
+                let Some(view) = RecordView::parse(bytes).ok() else {
+                    continue;
+                };
+                if view.addr() != addr || view.flags().has(RecordFlags::EXTENT) {
+                    continue;
+                }
+                report.scanned_bytes += len;
+                self.relocate_counted(addr, &view, report).await?;
+                pass.slice.tick().await;
+            }
+        }
+        Ok(())
+    }
+
+    /// The records (address, length) of the segments `victims` (sorted) that
+    /// bucket slots point at, sorted: one walk of the bucket table, a slice
+    /// at a time.
+    async fn walk_live(&self, victims: &[u64], pass: &mut Pass) -> Vec<(u64, u64)> {
         let seg = self.geo.segment_bytes;
         let mut live: Vec<(u64, u64)> = Vec::new();
         let touched = self.table.borrow().touched();
@@ -383,30 +436,23 @@ impl Store {
             pass.slice.tick().await;
         }
         live.sort_unstable();
-        for (i, &(addr, len)) in live.iter().enumerate() {
-            // Read through to the last listed record of the same segment
-            // within a window: one read serves them all.
-            let window = live[i..]
-                .iter()
-                .take_while(|r| r.0 / seg == addr / seg && r.0 + r.1 - addr <= CLEANER_READ_BYTES)
-                .last()
-                .map_or(len, |r| r.0 + r.1 - addr);
-            let got = pass
-                .reader
-                .get_min(self, addr, len as usize, window)
-                .await?;
-            // A record that moved or died since the walk: nothing to copy.
-            let Some(view) = got.and_then(|b| RecordView::parse(b).ok()) else {
-                continue;
-            };
-            if view.addr() != addr || view.flags().has(RecordFlags::EXTENT) {
-                continue;
-            }
-            report.scanned_bytes += len;
-            self.relocate_counted(addr, &view, report).await?;
-            pass.slice.tick().await;
+        live
+    }
+
+    /// The bytes of `w`: copied from the memory ring if it still holds them
+    /// (no await between the check and the copy), else read from the
+    /// device. Returns the buffer and the window's offset in it.
+    async fn read_window(&self, w: &Window) -> Result<(IoBuf, usize)> {
+        let end = w.start + w.len;
+        if end <= self.log.borrow().head && self.resident(w.start) {
+            // A device buffer is whole blocks; the window is its first bytes.
+            let n = w.len as usize;
+            let bs = self.geo.block_size as usize;
+            let mut b = self.io_buffer(None, n.next_multiple_of(bs))?;
+            self.copy_from_ring(w.start, end, &mut b.as_mut_slice()[..n]);
+            return Ok((b, 0));
         }
-        Ok(())
+        self.read_log_into(w.start, w.len as usize, None).await
     }
 
     /// Reads segment `n` record by record, copying out the live ones.
@@ -512,8 +558,8 @@ impl Store {
     /// is poisoned; in between it sleeps until appends take the head to
     /// where cleaning is due (after a failed pass, `backoff`), and
     /// checkpoints when [`Store::checkpoint_due`]. While it runs, foreground writes
-    /// that would take the log past twice the live data (plus four
-    /// segments) wait for it (up to 10 s).
+    /// that would take the log past [`Store::disk_budget`] wait for it (up
+    /// to 10 s).
     pub async fn run_cleaner(self: Rc<Self>, backoff: Duration) {
         self.cleaner_active.set(true);
         while !self.cleaner_stop.get() && self.check_writable().is_ok() {
@@ -522,6 +568,7 @@ impl Store {
                 // length is bounded here.
                 if let Err(e) = self.checkpoint().await {
                     tracing::warn!(device = %self.device, error = %e, "checkpoint failed");
+                    self.counters.borrow_mut().cleaner_failures += 1;
                     glommio::timer::sleep(backoff).await;
                 }
                 continue;
@@ -538,6 +585,7 @@ impl Store {
                 match self.clean().await {
                     Err(e) => {
                         tracing::warn!(device = %self.device, error = %e, "cleaning pass failed");
+                        self.counters.borrow_mut().cleaner_failures += 1;
                         glommio::timer::sleep(backoff).await;
                         break;
                     }
@@ -580,6 +628,40 @@ impl Store {
         self.cleaner_stop.set(true);
         self.head_watch.wake_all();
     }
+}
+
+/// A run of listed live records in one segment that one read serves.
+struct Window {
+    start: u64,
+    len: u64,
+    /// Their indices in the list of live records.
+    records: std::ops::Range<usize>,
+}
+
+/// The windows that serve the sorted live records `live`: each runs from a
+/// record through the last one in the same segment that ends within
+/// [`CLEANER_READ_BYTES`] of its start.
+fn windows(live: &[(u64, u64)], seg: u64) -> Vec<Window> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < live.len() {
+        let start = live[i].0;
+        let mut j = i + 1;
+        while j < live.len()
+            && live[j].0 / seg == start / seg
+            && live[j].0 + live[j].1 - start <= CLEANER_READ_BYTES
+        {
+            j += 1;
+        }
+        let last = live[j - 1];
+        out.push(Window {
+            start,
+            len: last.0 + last.1 - start,
+            records: i..j,
+        });
+        i = j;
+    }
+    out
 }
 
 /// A pass's reader and time slice.

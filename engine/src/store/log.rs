@@ -35,9 +35,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub(crate) const CLEANER_SLOTS: usize = 2;
 /// Waits for space (1 ms each) before giving up with `LogFull`.
 const SPACE_WAIT_ROUNDS: u32 = 20_000;
-/// Waits (1 ms each) for a running cleaner to bring disk use back under
-/// budget before writing past it anyway.
-const CLEANER_WAIT_ROUNDS: u32 = 10_000;
+/// How long a write waits for a running cleaner to bring disk use back
+/// under budget before writing past it anyway. (A count of waits ran out
+/// in well under this: every segment freed ends a wait, also one that
+/// leaves the log over budget.)
+const CLEANER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Hashes a key hash (already an xxh3 digest) to itself: `pending_hashes`
 /// took a SipHash of it on every append and publish.
@@ -300,9 +302,13 @@ impl Store {
     }
 
     /// Disk use foreground writes wait at while a cleaner runs: twice the
-    /// live data plus four segments.
+    /// live data less a segment (the room a cleaning pass's copies take
+    /// before its victims are freed), or the live data plus four segments
+    /// if that is more (a hot and a cold segment open, and room for the
+    /// cleaner to work, when the live data is a few segments).
     pub(crate) fn disk_budget(&self) -> u64 {
-        2 * self.live_bytes.get() + 4 * self.geo.segment_bytes
+        let (live, seg) = (self.live_bytes.get(), self.geo.segment_bytes);
+        (2 * live).saturating_sub(seg).max(live + 4 * seg)
     }
 
     /// Device log bytes in use: the slots that hold a segment, less the
@@ -323,8 +329,10 @@ impl Store {
                 "record of {len} bytes exceeds a log segment ({max} bytes)"
             )));
         }
-        let mut waited_for_cleaner = 0;
-        for _ in 0..SPACE_WAIT_ROUNDS {
+        // Until when a write over budget waits for the cleaner.
+        let mut cleaner_deadline: Option<std::time::Instant> = None;
+        let mut space_waits = 0;
+        while space_waits < SPACE_WAIT_ROUNDS {
             self.check_writable()?;
             let (place, floor, free) = {
                 let l = self.log.borrow();
@@ -335,30 +343,32 @@ impl Store {
             let Some(place) = place.filter(|p| !p.opens || free >= reserve) else {
                 self.head_watch.wake_all();
                 self.wait_for_space().await;
+                space_waits += 1;
                 continue;
             };
             if floor.is_some_and(|f| place.addr + len > f + self.geo.ring_bytes) {
                 self.wait_all_durable().await?;
+                space_waits += 1;
                 continue;
             }
             let used = self.log_used() + u64::from(place.opens) * self.geo.segment_bytes;
             let over_budget = cold.is_none()
                 && place.opens
                 && self.cleaner_active.get()
-                && used > self.disk_budget()
-                && waited_for_cleaner < CLEANER_WAIT_ROUNDS;
+                && used > self.disk_budget();
             if over_budget {
-                if waited_for_cleaner == 0 {
+                let now = std::time::Instant::now();
+                let deadline = *cleaner_deadline.get_or_insert_with(|| {
                     // The cleaner may sleep until a head mark computed with
                     // more live data than is left (deletes): look now.
                     self.head_watch.wake_all();
+                    now + CLEANER_WAIT
+                });
+                if now < deadline {
+                    self.wait_for_space().await;
+                    continue;
                 }
-                waited_for_cleaner += 1;
-                if waited_for_cleaner == CLEANER_WAIT_ROUNDS {
-                    self.counters.borrow_mut().cleaner_wait_timeouts += 1;
-                }
-                self.wait_for_space().await;
-                continue;
+                self.counters.borrow_mut().cleaner_wait_timeouts += 1;
             }
             return Ok(());
         }

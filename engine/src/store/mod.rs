@@ -274,6 +274,9 @@ pub struct StoreStats {
     /// Writes that stopped waiting for the cleaner (over the disk budget for
     /// the whole wait) and went on.
     pub cleaner_wait_timeouts: u64,
+    /// Cleaning passes (or the checkpoints the cleaner takes) that failed
+    /// with an error; the cleaner backs off and tries again.
+    pub cleaner_failures: u64,
     /// Group commits led by a task outside the store's home task queue
     /// (the queue it was opened in). A commit the cleaner needs is led from
     /// home, so this stays 0 with a running cleaner.
@@ -314,6 +317,7 @@ struct Counters {
     cleaner_bytes_copied: u64,
     cleaner_dead_by_slot: u64,
     cleaner_wait_timeouts: u64,
+    cleaner_failures: u64,
     commits_led_off_home: u64,
     keeper_records_kept: u64,
     keeper_bytes_kept: u64,
@@ -459,6 +463,7 @@ impl Store {
             cleaner_bytes_copied: c.cleaner_bytes_copied,
             cleaner_dead_by_slot: c.cleaner_dead_by_slot,
             cleaner_wait_timeouts: c.cleaner_wait_timeouts,
+            cleaner_failures: c.cleaner_failures,
             commits_led_off_home: c.commits_led_off_home,
             keeper_records_kept: c.keeper_records_kept,
             keeper_bytes_kept: c.keeper_bytes_kept,
