@@ -302,8 +302,7 @@ impl Store {
             // of victims freed as their copies are published copies about a
             // segment at most, so the log does not swell by several
             // segments of copies while the foreground waits at its budget
-            // (old segments of cold records are nearly all live). A pass
-            // that ends with a checkpoint scans enough to amortize it.
+            // (old segments of cold records are nearly all live).
             let swells = !victims.is_empty() && !pinned && copies + live > seg;
             if enough || swells || scanned >= self.geo.log_bytes / 4 {
                 break;
@@ -445,12 +444,7 @@ impl Store {
     async fn read_window(&self, w: &Window) -> Result<(IoBuf, usize)> {
         let end = w.start + w.len;
         if end <= self.log.borrow().head && self.resident(w.start) {
-            // A device buffer is whole blocks; the window is its first bytes.
-            let n = w.len as usize;
-            let bs = self.geo.block_size as usize;
-            let mut b = self.io_buffer(None, n.next_multiple_of(bs))?;
-            self.copy_from_ring(w.start, end, &mut b.as_mut_slice()[..n]);
-            return Ok((b, 0));
+            return Ok((self.ring_window(w.start, w.len as usize, None)?, 0));
         }
         self.read_log_into(w.start, w.len as usize, None).await
     }

@@ -573,6 +573,17 @@ impl Store {
         }
     }
 
+    /// The ring's bytes `[addr, addr + n)` (resident: the caller checked,
+    /// with no await since) in a device buffer of whole blocks (`reuse`
+    /// when big enough) whose length is `n`.
+    pub(crate) fn ring_window(&self, addr: u64, n: usize, reuse: Option<IoBuf>) -> Result<IoBuf> {
+        let bs = self.geo.block_size as usize;
+        let mut b = self.io_buffer(reuse, n.next_multiple_of(bs))?;
+        b.set_len(n);
+        self.copy_from_ring(addr, addr + n as u64, b.as_mut_slice());
+        Ok(b)
+    }
+
     /// A block-aligned buffer of `len` bytes for a group commit: the kept
     /// heap buffer when it is big enough, else a new one (a pool slot when
     /// one fits).

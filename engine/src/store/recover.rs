@@ -441,12 +441,7 @@ impl LogReader {
             // ring holds gigabytes, and bulk commits bypass the page cache):
             // copied out now, with no await between the check and the copy.
             let n = (len as u64).max(min).min(head - addr).min(lap_end - addr) as usize;
-            // A device buffer is whole blocks; the window is `n` bytes.
-            let bs = store.geo.block_size as usize;
-            let mut b = store.io_buffer(self.buf.take(), n.next_multiple_of(bs))?;
-            b.set_len(n);
-            store.copy_from_ring(addr, addr + n as u64, b.as_mut_slice());
-            self.buf = Some(b);
+            self.buf = Some(store.ring_window(addr, n, self.buf.take())?);
             self.start = addr;
         } else if !have {
             let bs = u64::from(store.geo.block_size);
