@@ -69,6 +69,16 @@ fn capped_run_passes_with_few_round_trips_per_metadata_op() {
         round_trips_per_op(&report, "ior-hard-write") < 1.2,
         "{table}"
     );
+    // The engine's counters at the end of the run: what the run appended and what of it
+    // is still live (the ior files: 2 tasks × 2 × 2 MiB easy, 2 × 30 × 47008 B hard).
+    let counter = |name: &str| report.storage_counters.get(name).copied();
+    let live = counter("live_bytes").expect("live_bytes counted");
+    assert!(live >= 2 * 2 * (2 << 20) + 2 * 30 * 47_008, "{table}");
+    assert!(counter("bytes_appended").unwrap() >= live, "{table}");
+    assert_eq!(counter("cleaner_failures"), Some(0), "{table}");
+    assert!(table.contains("storage: bytes_appended "), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+    assert_eq!(json["storage_counters"]["live_bytes"].as_u64(), Some(live));
 }
 
 #[test]

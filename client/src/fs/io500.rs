@@ -192,6 +192,19 @@ fn kind_of(k: FsKind) -> EntryKind {
     }
 }
 
+/// The engine counters a run's report carries, each summed over the targets: what the
+/// store's log and its cleaner did during the run.
+const REPORTED_COUNTERS: &[&str] = &[
+    "bytes_appended",
+    "live_bytes",
+    "log_used_bytes",
+    "checkpoints",
+    "cleaner_passes",
+    "cleaner_bytes_copied",
+    "cleaner_wait_timeouts",
+    "cleaner_failures",
+];
+
 impl Io500Backend for FerriteBackend {
     type File = FerriteFile;
 
@@ -201,6 +214,25 @@ impl Io500Backend for FerriteBackend {
 
     fn round_trips(&self) -> Option<u64> {
         Some(self.ns.client().counters().rpc_requests)
+    }
+
+    fn storage_counters(&self) -> Vec<(String, u64)> {
+        let Ok(stat) = self.ns.client().stat() else {
+            return Vec::new();
+        };
+        REPORTED_COUNTERS
+            .iter()
+            .map(|&name| {
+                let sum = stat
+                    .target_counters
+                    .iter()
+                    .flat_map(|t| t.counters.iter())
+                    .filter(|(n, _)| n == name)
+                    .map(|(_, v)| *v)
+                    .sum();
+                (name.to_string(), sum)
+            })
+            .collect()
     }
 
     fn mkdir(&self, path: &str) -> io::Result<()> {

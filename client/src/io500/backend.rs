@@ -182,4 +182,11 @@ pub trait Io500Backend: Send + Sync {
     fn round_trips(&self) -> Option<u64> {
         None
     }
+
+    /// The storage's own counters at the end of a run (for a Ferrite engine, summed over
+    /// its targets: cleaner passes, bytes copied, waits...), for the report; empty when
+    /// the backend has none.
+    fn storage_counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
 }

@@ -1,5 +1,6 @@
 //! The run's report: the table printed after the run and the `--json` object.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -28,6 +29,9 @@ pub struct RunReport {
     pub verify_errors: u64,
     /// Entries left in the mdtest directories after the delete phases.
     pub leftover_entries: u64,
+    /// [`crate::io500::Io500Backend::storage_counters`] at the end of the run.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub storage_counters: BTreeMap<String, u64>,
 }
 
 impl RunReport {
@@ -83,6 +87,14 @@ impl RunReport {
             self.verify_errors,
             self.leftover_entries
         );
+        if !self.storage_counters.is_empty() {
+            let counters: Vec<String> = self
+                .storage_counters
+                .iter()
+                .map(|(name, v)| format!("{name} {v}"))
+                .collect();
+            let _ = writeln!(out, "storage: {}", counters.join(" : "));
+        }
         out
     }
 

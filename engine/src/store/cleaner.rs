@@ -51,6 +51,15 @@ const CHECKPOINT_AMORTIZE: u64 = 8;
 /// copies need room until the checkpoint that ends it frees the victims,
 /// so short passes keep the log's peak low.
 const PASS_FREE_SEGMENTS: u64 = 2;
+/// A cleaning run starts once the log holds more than the live data by
+/// this fraction of it (plus a segment) ...
+const DUE_OVER: (u64, u64) = (1, 2);
+/// ... and goes on until it holds no more than this over it. The band sits
+/// well below the foreground's wall at about twice the live data
+/// ([`Store::disk_budget`]): the cleaner, in its low-share queue, gets
+/// ahead before writes wait. (A band nearer the wall would copy less per
+/// segment freed, and have writes wait at the wall more often.)
+const WANTED_OVER: (u64, u64) = (1, 4);
 /// Segments more live than this are never worth cleaning.
 const MAX_VICTIM_USE: f64 = 0.95;
 /// Shares of the cleaner's task queue (foreground queues default to 1000).
@@ -98,29 +107,33 @@ pub(super) enum Step {
 }
 
 impl Store {
-    /// Is the log using much more than the live data (1.25× plus a
-    /// segment), or over three quarters of the device log? (The segment of
-    /// slack keeps a store with little live data from cleaning, and
-    /// checkpointing, all the time.) A cleaning run, once
-    /// [due](Self::cleaning_due), goes on while this holds.
+    /// Is the log using much more than the live data (over
+    /// [`WANTED_OVER`] of it plus a segment), or over three quarters of
+    /// the device log, or is a foreground write waiting at the disk
+    /// budget? (The segment of slack keeps a store with little live data
+    /// from cleaning, and checkpointing, all the time.) A cleaning run,
+    /// once [due](Self::cleaning_due), goes on while this holds.
     pub fn cleaning_wanted(&self) -> bool {
-        self.log_over(4)
+        self.log_used() > self.used_mark(WANTED_OVER) || self.wall_waiters.get() > 0
     }
 
     /// Should the background cleaner start a cleaning run: is the log over
-    /// 1.5× the live data plus a segment, or over three quarters of the
-    /// device log? The gap between the two is hysteresis: deletes that
-    /// shrink the live data a little do not start a run (and its
-    /// checkpoint) to free what they freed.
+    /// the live data plus [`DUE_OVER`] of it plus a segment, or over three
+    /// quarters of the device log, or is a foreground write waiting at the
+    /// disk budget (which the marks may lie above when the live data is a
+    /// few segments)? The gap to [`WANTED_OVER`] is
+    /// hysteresis: deletes that shrink the live data a little do not start
+    /// a run (and its checkpoint) to free what they freed.
     pub fn cleaning_due(&self) -> bool {
-        self.log_over(2)
+        self.log_used() > self.used_mark(DUE_OVER) || self.wall_waiters.get() > 0
     }
 
-    /// `used > live + live / over + slack`, or over 3/4 of the device log.
-    fn log_over(&self, over: u64) -> bool {
-        let used = self.log_used();
+    /// Disk use `live + live × over + a segment`, or three quarters of the
+    /// device log if that is less.
+    fn used_mark(&self, (num, den): (u64, u64)) -> u64 {
         let live = self.live_bytes.get();
-        used > live + live / over + self.geo.segment_bytes || used > self.geo.log_bytes / 4 * 3
+        let mark = live + live * num / den + self.geo.segment_bytes;
+        mark.min(self.geo.log_bytes / 4 * 3)
     }
 
     /// One relocation step of the record `view` found at `origin`: appends
@@ -284,10 +297,9 @@ impl Store {
             })
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let live = self.live_bytes.get();
         let want_free = log
             .used_bytes(seg)
-            .saturating_sub(live + live / 4 + self.geo.segment_bytes)
+            .saturating_sub(self.used_mark(WANTED_OVER))
             .clamp(seg, PASS_FREE_SEGMENTS * seg);
         let want_scan =
             (CHECKPOINT_AMORTIZE * self.checkpoint_bytes.get()).min(self.geo.log_bytes / 4);
@@ -526,9 +538,7 @@ impl Store {
     /// the tail nor the live data move meanwhile.
     fn cleaning_mark(&self) -> u64 {
         let head = self.log.borrow().head;
-        let live = self.live_bytes.get();
-        let over = (live + live / 2 + self.geo.segment_bytes).min(self.geo.log_bytes / 4 * 3);
-        head + over.saturating_sub(self.log_used()) + 1
+        head + self.used_mark(DUE_OVER).saturating_sub(self.log_used()) + 1
     }
 
     /// The head at which [`Store::checkpoint_due`] turns true.

@@ -41,6 +41,22 @@ const SPACE_WAIT_ROUNDS: u32 = 20_000;
 /// leaves the log over budget.)
 const CLEANER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// One foreground write counted in [`Store::wall_waiters`] while it lives.
+struct WallWait<'a>(&'a std::cell::Cell<usize>);
+
+impl<'a> WallWait<'a> {
+    fn enter(count: &'a std::cell::Cell<usize>) -> Self {
+        count.set(count.get() + 1);
+        Self(count)
+    }
+}
+
+impl Drop for WallWait<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 /// Hashes a key hash (already an xxh3 digest) to itself: `pending_hashes`
 /// took a SipHash of it on every append and publish.
 #[derive(Debug, Default)]
@@ -358,9 +374,12 @@ impl Store {
                 && used > self.disk_budget();
             if over_budget {
                 let now = std::time::Instant::now();
+                // Cleaning is due while this write waits, whatever the
+                // cleaner's marks say (they may lie above the budget when
+                // the live data is a few segments, or have been computed
+                // with more live data than is left): wake it.
+                let _waiting = WallWait::enter(&self.wall_waiters);
                 let deadline = *cleaner_deadline.get_or_insert_with(|| {
-                    // The cleaner may sleep until a head mark computed with
-                    // more live data than is left (deletes): look now.
                     self.head_watch.wake_all();
                     now + CLEANER_WAIT
                 });

@@ -365,6 +365,9 @@ pub struct Store {
     /// Wakes the cleaner and the keeper as the head moves.
     head_watch: watch::HeadWatch,
     cleaner_active: Cell<bool>,
+    /// Foreground writes waiting at the disk budget for the cleaner: while
+    /// any do, cleaning is due whatever the cleaner's own marks say.
+    wall_waiters: Cell<usize>,
     /// The task queue the store was opened in (its xstream's foreground),
     /// where group commits are led ([`Store::wait_durable`]).
     home_queue: Option<glommio::TaskQueueHandle>,

@@ -114,6 +114,7 @@ impl Store {
             cleaner_stop: Cell::new(false),
             head_watch: Default::default(),
             cleaner_active: Cell::new(false),
+            wall_waiters: Cell::new(0),
             home_queue: Some(glommio::executor().current_task_queue()),
             me: RefCell::default(),
             checkpoint_bytes: Cell::new(0),
