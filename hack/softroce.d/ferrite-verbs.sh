@@ -226,9 +226,9 @@ while [ "$bench_rc" -eq 0 ] && [ "$round" -le "$rounds" ]; do
     bench "cold$round" --keys 256 --no-load --bucket-cache 0 --pipeline 1 -t "$lat_s" || { bench_rc=1; break; }
     warm_p50="$warm_p50 $w50" warm_p99="$warm_p99 $w99" cold_p50="$cold_p50 $p50" cold_p99="$cold_p99 $p99"
     mean2=$(awk -v a="$(first "$tb")" -v b="$(first "$tr")" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", (a + b) / 2 }')
-    rw=$(ratio "$w50" "$(first "$tr")") rc=$(ratio "$p50" "${mean2:-0}")
-    [ "$rw" = n/a ] || warm_ratios="$warm_ratios $rw"
-    [ "$rc" = n/a ] || cold_ratios="$cold_ratios $rc"
+    ratio_w=$(ratio "$w50" "$(first "$tr")") ratio_c=$(ratio "$p50" "${mean2:-0}")
+    [ "$ratio_w" = n/a ] || warm_ratios="$warm_ratios $ratio_w"
+    [ "$ratio_c" = n/a ] || cold_ratios="$cold_ratios $ratio_c"
     echo "ferrite-verbs: round $round: ib_read_lat typical 2 B $(first "$t") us ($BUCKET_BYTES B: $(first "$tb") us, $RECORD_BYTES B: $(first "$tr") us), p99 $(second "$t") us; GET cached p50 $w50 us p99 $w99 us (bucket cache hits per GET $wcached; ratio to $RECORD_BYTES-byte reads $(ratio "$w50" "$(first "$tr")"), to 2-byte reads $(ratio "$w50" "$(first "$t")")); GET cold p50 $p50 us p99 $p99 us (bucket cache hits per GET $cached; ratio to reads of its sizes $(ratio "$p50" "${mean2:-0}"), to 2-byte reads $(ratio "$p50" "$(first "$t")"))"
     round=$((round + 1))
 done
