@@ -600,6 +600,11 @@ mod imp {
                         (st.cleaner_passes - before.cleaner_passes) as f64,
                     ),
                     f(
+                        "wall_waits",
+                        "count",
+                        (st.cleaner_wall_waits - before.cleaner_wall_waits) as f64,
+                    ),
+                    f(
                         "wait_timeouts",
                         "count",
                         (st.cleaner_wait_timeouts - before.cleaner_wait_timeouts) as f64,

@@ -568,12 +568,13 @@ fn skewed_overwrites_stay_within_twice_the_live_data(many: u32, min_segments: u6
         cleaner.await;
         let st = s.stats();
         println!(
-            "live {live} B, max used {} B ({:.2}x), appended {} B, copied {} B in {} passes",
+            "live {live} B, max used {} B ({:.2}x), appended {} B, copied {} B in {} passes, {} writes waited at the wall",
             max_used.get(),
             max_used.get() as f64 / live as f64,
             st.bytes_appended,
             st.cleaner_bytes_copied,
-            st.cleaner_passes
+            st.cleaner_passes,
+            st.cleaner_wall_waits
         );
         assert_eq!(st.cleaner_failures, 0, "{st:?}");
         assert_eq!(st.cleaner_wait_timeouts, 0, "a write waited out its budget");

@@ -381,6 +381,7 @@ impl Store {
                 let _waiting = WallWait::enter(&self.wall_waiters);
                 let deadline = *cleaner_deadline.get_or_insert_with(|| {
                     self.head_watch.wake_all();
+                    self.counters.borrow_mut().cleaner_wall_waits += 1;
                     now + CLEANER_WAIT
                 });
                 if now < deadline {

@@ -271,6 +271,9 @@ pub struct StoreStats {
     /// Scanned records the cleaner found dead by their bucket chain alone
     /// (no directory seek).
     pub cleaner_dead_by_slot: u64,
+    /// Writes that waited at the disk budget for the cleaner (each counted
+    /// once, however long it waited).
+    pub cleaner_wall_waits: u64,
     /// Writes that stopped waiting for the cleaner (over the disk budget for
     /// the whole wait) and went on.
     pub cleaner_wait_timeouts: u64,
@@ -316,6 +319,7 @@ struct Counters {
     cleaner_records_copied: u64,
     cleaner_bytes_copied: u64,
     cleaner_dead_by_slot: u64,
+    cleaner_wall_waits: u64,
     cleaner_wait_timeouts: u64,
     cleaner_failures: u64,
     commits_led_off_home: u64,
@@ -465,6 +469,7 @@ impl Store {
             cleaner_records_copied: c.cleaner_records_copied,
             cleaner_bytes_copied: c.cleaner_bytes_copied,
             cleaner_dead_by_slot: c.cleaner_dead_by_slot,
+            cleaner_wall_waits: c.cleaner_wall_waits,
             cleaner_wait_timeouts: c.cleaner_wait_timeouts,
             cleaner_failures: c.cleaner_failures,
             commits_led_off_home: c.commits_led_off_home,
