@@ -583,6 +583,9 @@ mod imp {
                     ferrite: v,
                 };
                 let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
+                // How much a counter grew over the busy phase.
+                let grew =
+                    |c: fn(&ferrite_engine::store::StoreStats) -> u64| (c(&st) - c(&before)) as f64;
                 Ok(vec![
                     f("idle_p50", "us", q(&idle, 0.5)),
                     f("idle_p99", "us", q(&idle, 0.99)),
@@ -594,31 +597,11 @@ mod imp {
                         q(&busy, 0.99) / q(&idle, 0.99).max(1e-9),
                     ),
                     f("busy_update", "ops/s", (6 * keys) as f64 / busy_secs),
-                    f(
-                        "passes",
-                        "count",
-                        (st.cleaner_passes - before.cleaner_passes) as f64,
-                    ),
-                    f(
-                        "wall_waits",
-                        "count",
-                        (st.cleaner_wall_waits - before.cleaner_wall_waits) as f64,
-                    ),
-                    f(
-                        "wait_timeouts",
-                        "count",
-                        (st.cleaner_wait_timeouts - before.cleaner_wait_timeouts) as f64,
-                    ),
-                    f(
-                        "bytes_copied",
-                        "B",
-                        (st.cleaner_bytes_copied - before.cleaner_bytes_copied) as f64,
-                    ),
-                    f(
-                        "bytes_appended",
-                        "B",
-                        (st.bytes_appended - before.bytes_appended) as f64,
-                    ),
+                    f("passes", "count", grew(|c| c.cleaner_passes)),
+                    f("wall_waits", "count", grew(|c| c.cleaner_wall_waits)),
+                    f("wait_timeouts", "count", grew(|c| c.cleaner_wait_timeouts)),
+                    f("bytes_copied", "B", grew(|c| c.cleaner_bytes_copied)),
+                    f("bytes_appended", "B", grew(|c| c.bytes_appended)),
                     f(
                         "log_used_over_live",
                         "ratio",

@@ -216,9 +216,9 @@ impl Io500Backend for FerriteBackend {
         Some(self.ns.client().counters().rpc_requests)
     }
 
-    fn storage_counters(&self) -> Vec<(String, u64)> {
+    fn storage_counters(&self) -> std::collections::BTreeMap<String, u64> {
         let Ok(stat) = self.ns.client().stat() else {
-            return Vec::new();
+            return Default::default();
         };
         REPORTED_COUNTERS
             .iter()

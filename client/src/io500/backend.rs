@@ -186,7 +186,7 @@ pub trait Io500Backend: Send + Sync {
     /// The storage's own counters at the end of a run (for a Ferrite engine, summed over
     /// its targets: cleaner passes, bytes copied, waits...), for the report; empty when
     /// the backend has none.
-    fn storage_counters(&self) -> Vec<(String, u64)> {
-        Vec::new()
+    fn storage_counters(&self) -> std::collections::BTreeMap<String, u64> {
+        Default::default()
     }
 }

@@ -311,7 +311,7 @@ fn gather<B: Io500Backend>(ctx: &Ctx<B>) -> Result<RunReport, Io500Error> {
         find_found: find_counts.0,
         find_expected: find_counts.1,
         leftover_entries,
-        storage_counters: ctx.backend.storage_counters().into_iter().collect(),
+        storage_counters: ctx.backend.storage_counters(),
     };
     Ok(report)
 }

@@ -196,7 +196,7 @@ fn run_phases<B: Io500Backend>(ctx: &Ctx<B>) -> Result<RunReport, Io500Error> {
         find_expected,
         verify_errors,
         leftover_entries,
-        storage_counters: ctx.backend.storage_counters().into_iter().collect(),
+        storage_counters: ctx.backend.storage_counters(),
     })
 }
 
