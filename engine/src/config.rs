@@ -4,6 +4,7 @@
 //! data_dir = "/var/lib/ferrite"          # `{dir}` in the templates below
 //! xstreams = 2                            # one target per xstream; default: every allowed core
 //! # cores = [2, 3]                        # pin to exactly these cores instead
+//! spin_us = 100                          # an idle xstream polls this long before it sleeps (0: at once)
 //! bdev = "uring:{dir}/target-{i}.bdev?size=1G"   # `{i}` = target index
 //! durability = "device"                  # ack after flush; "process": ack once written,
 //! flush_interval_ms = 1000                # flushed this often (process mode only)
@@ -49,6 +50,12 @@ use serde::Deserialize;
 use crate::server::ServerError;
 use crate::store::Durability;
 
+/// Default of [`EngineConfig::spin_us`]: about one request's round trip
+/// on a loaded client, so a client that pipelines finds its xstream awake.
+pub const DEFAULT_SPIN_US: u64 = 100;
+/// Largest [`EngineConfig::spin_us`] accepted (10 ms).
+pub const MAX_SPIN_US: u64 = 10_000;
+
 /// Everything an engine needs to start. Build it in code, or read
 /// `engine.toml` with [`EngineConfig::from_toml_str`].
 #[derive(Debug, Clone, Deserialize)]
@@ -60,6 +67,12 @@ pub struct EngineConfig {
     pub xstreams: Option<usize>,
     /// Exact cores, one xstream each; overrides `xstreams`.
     pub cores: Option<Vec<usize>>,
+    /// How long an xstream with nothing to run keeps polling for work
+    /// before it sleeps in the kernel, in microseconds. A request that
+    /// finds its xstream polling skips the wake-up (a context switch, and
+    /// on a virtual machine an exit) it would otherwise wait for; an idle
+    /// engine still sleeps after this long. 0 sleeps at once.
+    pub spin_us: u64,
     /// Bdev spec template: `{dir}` and `{i}` (target index) are substituted.
     pub bdev: String,
     /// When updates are acknowledged: `device` (after the device flush;
@@ -168,6 +181,7 @@ impl Default for EngineConfig {
             data_dir: PathBuf::from("."),
             xstreams: None,
             cores: None,
+            spin_us: DEFAULT_SPIN_US,
             bdev: "uring:{dir}/target-{i}.bdev?size=1G".into(),
             durability: Durability::Device,
             flush_interval_ms: 1000,
@@ -330,6 +344,12 @@ impl EngineConfig {
                 ));
             }
         }
+        if self.spin_us > MAX_SPIN_US {
+            return bad(format!(
+                "spin_us {}: at most {MAX_SPIN_US} (an idle xstream polls this long before it sleeps)",
+                self.spin_us
+            ));
+        }
         if !(4..=crate::store::MAX_MAIN_BUCKETS).contains(&self.cache.buckets) {
             return bad(format!(
                 "cache.buckets {} is not between 4 and {}",
@@ -377,6 +397,7 @@ mod tests {
             r#"
             data_dir = "/data"
             cores = [0]
+            spin_us = 0
             bdev = "malloc:64M"
             durability = "process"
             flush_interval_ms = 250
@@ -397,6 +418,8 @@ mod tests {
         assert_eq!(c.cache.ring_bytes, Size(8 << 20));
         assert_eq!(c.durability, Durability::Process);
         assert_eq!(c.flush_interval_ms, 250);
+        assert_eq!(c.spin_us, 0);
+        assert_eq!(EngineConfig::default().spin_us, DEFAULT_SPIN_US);
         assert_eq!(c.unix_path(), None);
         assert_eq!(c.token().unwrap(), Some(b"s3cret".to_vec()));
         assert!(!c.has_provider("shm"));
@@ -411,6 +434,8 @@ mod tests {
         assert!(EngineConfig::from_toml_str("[cache]\nring_bytes = \"8Q\"").is_err());
         let remote = EngineConfig::from_toml_str("[listen]\ntcp = \"0.0.0.0:1\"").unwrap();
         assert!(remote.validate().is_err(), "non-loopback without a token");
+        let spin = EngineConfig::from_toml_str("spin_us = 50000").unwrap();
+        assert!(spin.validate().unwrap_err().to_string().contains("spin_us"));
         let tiny = EngineConfig::from_toml_str("[cache]\nbuckets = 2").unwrap();
         assert!(tiny.validate().is_err());
         let odd = EngineConfig::from_toml_str("[cache]\nbuckets = 1000").unwrap();

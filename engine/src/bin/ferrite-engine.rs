@@ -41,6 +41,11 @@ struct Args {
     /// Exact cores, comma separated (overrides --xstreams).
     #[arg(long, value_delimiter = ',')]
     cores: Option<Vec<usize>>,
+    /// Microseconds an xstream with nothing to do keeps polling before it
+    /// sleeps (default 100; 0 sleeps at once). Polling saves requests the
+    /// wake-up; an idle engine still sleeps.
+    #[arg(long)]
+    spin_us: Option<u64>,
     /// Bdev spec template, `{dir}` and `{i}` substituted.
     #[arg(long)]
     bdev: Option<String>,
@@ -95,6 +100,9 @@ fn build_config(args: Args) -> Result<EngineConfig, String> {
     }
     if args.cores.is_some() {
         c.cores = args.cores;
+    }
+    if let Some(us) = args.spin_us {
+        c.spin_us = us;
     }
     if let Some(b) = args.bdev {
         c.bdev = b;

@@ -140,10 +140,13 @@ fn start_targets(
     let specs: Vec<(String, StoreConfig)> = (0..n)
         .map(|i| (config.bdev_spec(i), store_config(config, i)))
         .collect();
-    let xs_config = XstreamConfig {
+    let mut xs_config = XstreamConfig {
         name: "ferrite".into(),
         ..XstreamConfig::default().with_cores(cores)
     };
+    if config.spin_us > 0 {
+        xs_config = xs_config.with_spin(std::time::Duration::from_micros(config.spin_us));
+    }
     let set = XstreamSet::start_with(xs_config, move |id: XstreamId| {
         let (spec, store_config) = specs[id.0].clone();
         let sink = sink.clone();

@@ -200,6 +200,10 @@ impl Reactor {
         self.sys.io_stats()
     }
 
+    pub(crate) fn preemption_timers_armed(&self) -> u64 {
+        self.sys.preemption_timers_armed.get()
+    }
+
     pub(crate) fn task_queue_io_stats(&self, handle: &TaskQueueHandle) -> Option<IoStats> {
         self.sys.task_queue_io_stats(handle)
     }

@@ -2515,6 +2515,13 @@ impl ExecutorProxy {
     /// ```
     ///
     /// [`IoStats`]: crate::IoStats
+    /// FERRITE PATCH (see vendor/PATCHES.md): how many preemption timers
+    /// (latency and throughput) this executor has armed in the kernel.
+    #[cfg(not(feature = "native-tls"))]
+    pub fn preemption_timers_armed(&self) -> u64 {
+        LOCAL_EX.with(|local_ex| local_ex.get_reactor().preemption_timers_armed())
+    }
+
     pub fn io_stats(&self) -> IoStats {
         #[cfg(not(feature = "native-tls"))]
         return LOCAL_EX.with(|local_ex| local_ex.get_reactor().io_stats());

@@ -1222,6 +1222,10 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
+    /// FERRITE PATCH: when the armed latency preemption timer expires.
+    latency_preemption_deadline: Cell<Option<std::time::Instant>>,
+    /// FERRITE PATCH: preemption timers armed so far (both kinds).
+    pub(crate) preemption_timers_armed: Cell<u64>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1353,6 +1357,8 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
+            latency_preemption_deadline: Cell::new(None),
+            preemption_timers_armed: Cell::new(0),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1814,22 +1820,41 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
-        //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
+        // FERRITE PATCH (see vendor/PATCHES.md): a preemption timer still
+        // armed is kept across turns instead of being cancelled and armed
+        // again on every turn (two io_uring_enter calls and two in-kernel
+        // cancellations per turn). The latency timer is kept only when it
+        // fires no later than a new one would, and never when we may sleep
+        // (it would wake us for nothing). Was: cancel the latency timer and
+        // replace the throughput timer unconditionally.
+        let keep_latency = match (preempt_timer(), self.latency_preemption_deadline.get()) {
+            (Some(d), Some(deadline)) => {
+                let armed = self.latency_preemption_timeout_src.take();
+                let pending = armed.as_ref().is_some_and(|src| src.result().is_none());
+                self.latency_preemption_timeout_src.set(armed);
+                pending && deadline <= std::time::Instant::now() + d
+            }
+            _ => false,
+        };
+        if !keep_latency {
+            drop(self.latency_preemption_timeout_src.take());
+            self.latency_preemption_deadline.set(None);
+        }
 
-        // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        // Schedule the throughput-based timeout immediately (unless one is
+        // still armed): it won't matter if we end up sleeping.
+        let throughput = self.throughput_preemption_timeout_src.take();
+        let throughput = match throughput {
+            Some(src) if src.result().is_none() => src,
+            _ => {
+                self.count_preemption_timer();
+                main_ring.prepare_throughput_preemption_timer(
+                    self.ring_depth() as u32,
+                    self.eventfd_src.raw(),
+                )
+            }
+        };
+        self.throughput_preemption_timeout_src.set(Some(throughput));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1880,8 +1905,13 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+            if !keep_latency {
+                self.count_preemption_timer();
+                self.latency_preemption_timeout_src
+                    .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+                self.latency_preemption_deadline
+                    .set(Some(std::time::Instant::now() + preempt));
+            }
             flush_rings!(lat_ring, main_ring)?;
         }
 
@@ -1893,6 +1923,11 @@ impl Reactor {
         // need_preempt() should be false at this point. As soon as the next event
         // in the preempt ring completes, though, then it will be true.
         Ok(should_sleep)
+    }
+
+    fn count_preemption_timer(&self) {
+        self.preemption_timers_armed
+            .set(self.preemption_timers_armed.get() + 1);
     }
 
     pub(crate) fn flush_syscall_thread(&self) -> usize {
