@@ -491,7 +491,7 @@ fn pipelined(client: &Client, requests: &[Request]) -> Result<Vec<Reply>, ()> {
     let futures: Vec<_> = requests.iter().map(|r| client.request_async(r)).collect();
     futures
         .into_iter()
-        .map(|f| futures::executor::block_on(f).map_err(|_| ()))
+        .map(|f| f.wait().map_err(|_| ()))
         .collect()
 }
 

@@ -25,6 +25,41 @@ use crate::client::onesided::{AsyncLookupFuture, Lookup};
 use crate::client::reply;
 use crate::client::waiter::{Answer, ReplyFuture};
 
+/// A batch sent as one frame per connection: each frame's reply and where
+/// its items sit in the batch.
+pub(crate) struct SentBatch {
+    pub(crate) n: usize,
+    pub(crate) url: String,
+    pub(crate) parts: Vec<(Vec<usize>, ReplyFuture)>,
+}
+
+/// The replies of a batch of `n` items in item order, from the replies of
+/// its frames.
+pub(crate) fn assemble_batch(
+    n: usize,
+    url: &str,
+    answers: Vec<(Vec<usize>, Answer)>,
+) -> Result<Vec<Reply>> {
+    let mut out: Vec<Option<Reply>> = vec![None; n];
+    for (at, answer) in answers {
+        let replies = reply::batch(answer?)?;
+        if replies.len() != at.len() {
+            return Err(Error::Protocol {
+                url: url.to_string(),
+                detail: format!(
+                    "batch of {} answered with {} replies",
+                    at.len(),
+                    replies.len()
+                ),
+            });
+        }
+        for (i, r) in at.into_iter().zip(replies) {
+            out[i] = Some(r);
+        }
+    }
+    Ok(out.into_iter().flatten().collect())
+}
+
 /// An event queue whose events carry a client reply.
 pub type ClientEventQueue = EventQueue<Answer>;
 
@@ -122,6 +157,18 @@ impl Client {
         &self,
         requests: Vec<Request>,
     ) -> impl Future<Output = Result<Vec<Reply>>> + Send + 'static {
+        let sent = self.send_batch(requests);
+        async move {
+            let mut answers = Vec::with_capacity(sent.parts.len());
+            for (at, reply) in sent.parts {
+                answers.push((at, reply.await));
+            }
+            assemble_batch(sent.n, &sent.url, answers)
+        }
+    }
+
+    /// Sends `requests` as one batch frame per connection serving them.
+    pub(crate) fn send_batch(&self, requests: Vec<Request>) -> SentBatch {
         let n = requests.len();
         let mut groups: Vec<(Arc<Connection>, Vec<usize>, Vec<Request>)> = Vec::new();
         for (i, r) in requests.into_iter().enumerate() {
@@ -135,30 +182,14 @@ impl Client {
             }
         }
         self.counters.add(Counter::RpcRequest, groups.len() as u64);
-        let sent: Vec<_> = groups
+        let parts = groups
             .into_iter()
             .map(|(conn, at, part)| (at, conn.request_async(&Request::Batch(part))))
             .collect();
-        let url = self.url();
-        async move {
-            let mut out: Vec<Option<Reply>> = vec![None; n];
-            for (at, reply) in sent {
-                let replies = reply::batch(reply.await?)?;
-                if replies.len() != at.len() {
-                    return Err(Error::Protocol {
-                        url,
-                        detail: format!(
-                            "batch of {} answered with {} replies",
-                            at.len(),
-                            replies.len()
-                        ),
-                    });
-                }
-                for (i, r) in at.into_iter().zip(replies) {
-                    out[i] = Some(r);
-                }
-            }
-            Ok(out.into_iter().flatten().collect())
+        SentBatch {
+            n,
+            url: self.url(),
+            parts,
         }
     }
 

@@ -1,15 +1,15 @@
 //! One connection to an engine: handshake, then pipelined requests matched
 //! to replies by request id. Any number of threads may send on it at once;
-//! a reader thread delivers replies as they arrive, in any order.
+//! replies arrive in any order and are read by a caller waiting for its own
+//! or by the connection's reader thread ([`super::reader`]).
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ferrite_proto::rpc::handshake::{
     engine_proof, login_proof, AUTH_TOKEN_HMAC_SHA256, HELLO_BULK_REGION, HELLO_WANT_SHM,
@@ -19,6 +19,7 @@ use ferrite_proto::rpc::{self, Hello, Login, Reply, Request, Welcome};
 use rand::RngCore;
 
 use crate::client::error::{Error, Result};
+use crate::client::reader::{fail_all, lock, Shared};
 use crate::client::url::EngineUrl;
 use crate::client::waiter::{Answer, ReplyFuture, Sink, Waiter};
 use crate::fabric::shm::{recv_with_fds, send_with_fds};
@@ -26,7 +27,7 @@ use crate::fabric::shm::{recv_with_fds, send_with_fds};
 /// Largest reply body this client accepts.
 pub const MAX_REPLY_BODY_BYTES: usize = rpc::MAX_BODY_BYTES;
 
-enum Stream {
+pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
@@ -51,7 +52,7 @@ impl Stream {
             Self::Unix(s) => Self::Unix(s.try_clone()?),
         })
     }
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Self::Tcp(s) => s.read(buf),
             Self::Unix(s) => s.read(buf),
@@ -63,11 +64,20 @@ impl Stream {
             Self::Unix(s) => s.write_all(buf),
         }
     }
-    fn shutdown(&self) {
+    pub(crate) fn shutdown(&self) {
         let _ = match self {
             Self::Tcp(s) => s.shutdown(Shutdown::Both),
             Self::Unix(s) => s.shutdown(Shutdown::Both),
         };
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Self::Tcp(s) => s.as_raw_fd(),
+            Self::Unix(s) => s.as_raw_fd(),
+        }
     }
 }
 
@@ -95,26 +105,11 @@ pub struct Session {
     pub bulk_mapped: bool,
 }
 
-struct Shared {
-    url: String,
-    pending: Mutex<Pending>,
-    /// Mirrors `Pending::dead` for lock-free checks on hot paths.
-    dead: AtomicBool,
-}
-
-#[derive(Default)]
-struct Pending {
-    sinks: HashMap<u64, Sink>,
-    /// Set once the connection is gone; nothing more will be answered.
-    dead: Option<String>,
-}
-
 /// A handshaken, pipelined connection.
 pub struct Connection {
     shared: Arc<Shared>,
     writer: Mutex<Stream>,
     next_id: AtomicU64,
-    timeout: Duration,
 }
 
 impl std::fmt::Debug for Connection {
@@ -135,21 +130,12 @@ impl Connection {
         let mut stream = Stream::open(url)?;
         let session = handshake(&mut stream, url, opts)?;
         let reader = stream.try_clone().map_err(|e| Error::connect(url, e))?;
-        let shared = Arc::new(Shared {
-            url: url.to_string(),
-            pending: Mutex::new(Pending::default()),
-            dead: AtomicBool::new(false),
-        });
-        let reader_shared = shared.clone();
-        std::thread::Builder::new()
-            .name("ferrite-conn".into())
-            .spawn(move || read_replies(reader, reader_shared))
+        let shared = Shared::start(url.to_string(), reader, timeout)
             .map_err(|e| Error::io("spawn connection reader", e))?;
         let conn = Self {
             shared,
             writer: Mutex::new(stream),
             next_id: AtomicU64::new(16),
-            timeout,
         };
         Ok((conn, session))
     }
@@ -161,6 +147,12 @@ impl Connection {
     /// True once the connection broke.
     pub fn is_dead(&self) -> bool {
         self.shared.dead.load(Ordering::Acquire)
+    }
+
+    /// Replies read on this connection by the callers waiting for them,
+    /// and in all.
+    pub fn replies_read(&self) -> (u64, u64) {
+        self.shared.replies_read()
     }
 
     /// Why the connection broke, if it did.
@@ -176,8 +168,9 @@ impl Connection {
         }
     }
 
-    /// Sends one request; its reply goes to `sink`.
-    fn send(&self, request: &Request, sink: Sink) -> Result<u64> {
+    /// Sends one request under a new id, which it returns; its reply (or
+    /// the error that replaces it) goes to `sink`.
+    fn send(&self, request: &Request, sink: Sink) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = Vec::with_capacity(64);
         rpc::encode_request(id, request, &mut frame);
@@ -185,57 +178,50 @@ impl Connection {
             let mut p = lock(&self.shared.pending);
             if let Some(d) = p.dead.clone() {
                 drop(p);
-                sink.deliver(Err(self.disconnected(op_name(request), d.clone())));
-                return Err(self.disconnected(op_name(request), d));
+                sink.deliver(Err(self.disconnected(op_name(request), d)));
+                return id;
             }
             p.sinks.insert(id, sink);
         }
         let written = lock(&self.writer).write_all(&frame);
         if let Err(e) = written {
             let detail = format!("write failed: {e}");
+            let own = lock(&self.shared.pending).sinks.remove(&id);
             fail_all(&self.shared, &detail);
-            return Err(self.disconnected(op_name(request), detail));
+            if let Some(sink) = own {
+                sink.deliver(Err(self.disconnected(op_name(request), detail)));
+            }
         }
-        Ok(id)
+        id
     }
 
     /// Sends a request and returns its reply as a future.
     pub fn request_async(&self, request: &Request) -> ReplyFuture {
         let waiter = Arc::new(Waiter::default());
-        // A failed send has already delivered the error into the waiter.
-        let _ = self.send(request, Sink::Waiter(waiter.clone()));
-        ReplyFuture { waiter }
+        let id = self.send(request, Sink::Waiter(waiter.clone()));
+        ReplyFuture {
+            waiter,
+            conn: self.shared.clone(),
+            id,
+            op: op_name(request),
+        }
     }
 
     /// Sends a request whose reply completes `event`.
     pub fn request_event(&self, request: &Request, event: ferrite_xstream::Event<Answer>) {
-        let _ = self.send(request, Sink::Event(event));
+        self.send(request, Sink::Event(event));
+        self.shared.kick();
     }
 
     /// Sends a request and blocks for its reply (up to the timeout).
     pub fn request(&self, request: &Request) -> Result<Reply> {
-        let waiter = Arc::new(Waiter::default());
-        let id = self.send(request, Sink::Waiter(waiter.clone()))?;
-        self.wait(id, &waiter, op_name(request))
-    }
-
-    fn wait(&self, id: u64, waiter: &Waiter, op: &'static str) -> Result<Reply> {
-        match waiter.wait_until(Instant::now() + self.timeout) {
-            Some(a) => a,
-            None => {
-                lock(&self.shared.pending).sinks.remove(&id);
-                Err(Error::Timeout {
-                    url: self.shared.url.clone(),
-                    op,
-                    timeout_ms: self.timeout.as_millis() as u64,
-                })
-            }
-        }
+        self.request_async(request).wait()
     }
 
     /// Closes the connection; pending requests fail.
     pub fn close(&self) {
         lock(&self.writer).shutdown();
+        self.shared.close();
     }
 }
 
@@ -243,10 +229,6 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.close();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 pub(crate) fn op_name(r: &Request) -> &'static str {
@@ -272,116 +254,6 @@ pub(crate) fn op_name(r: &Request) -> &'static str {
         Request::Verify { .. } => "verify",
         Request::RegionRead { .. } => "region read",
     }
-}
-
-fn fail_all(shared: &Shared, detail: &str) {
-    let sinks: Vec<Sink> = {
-        let mut p = lock(&shared.pending);
-        if p.dead.is_none() {
-            p.dead = Some(detail.to_string());
-        }
-        shared.dead.store(true, Ordering::Release);
-        p.sinks.drain().map(|(_, s)| s).collect()
-    };
-    for s in sinks {
-        s.deliver(Err(Error::Disconnected {
-            url: shared.url.clone(),
-            op: "request",
-            detail: detail.to_string(),
-        }));
-    }
-}
-
-/// The reader thread: frames in, replies out to their sinks.
-fn read_replies(mut stream: Stream, shared: Arc<Shared>) {
-    let mut buf: Vec<u8> = Vec::with_capacity(64 << 10);
-    let mut chunk = vec![0u8; 64 << 10];
-    let detail = loop {
-        match next_frame(&mut stream, &mut buf, &mut chunk) {
-            Ok(Some((header, body))) => {
-                let answer = rpc::decode_reply(&header, &body).map_err(|e| Error::Protocol {
-                    url: shared.url.clone(),
-                    detail: e.to_string(),
-                });
-                if header.request_id == 0 {
-                    break match answer {
-                        Ok(Reply::Error { code, message }) => {
-                            format!("engine closed the connection: {code:?}: {message}")
-                        }
-                        _ => "engine sent an unsolicited frame".to_string(),
-                    };
-                }
-                let sink = lock(&shared.pending).sinks.remove(&header.request_id);
-                if let Some(s) = sink {
-                    s.deliver(answer);
-                }
-            }
-            Ok(None) => break "engine closed the connection".to_string(),
-            Err(e) => break e,
-        }
-    };
-    stream.shutdown();
-    fail_all(&shared, &detail);
-}
-
-/// Reads until one whole frame is buffered; `None` at a clean end of stream.
-fn next_frame(
-    stream: &mut Stream,
-    buf: &mut Vec<u8>,
-    chunk: &mut [u8],
-) -> std::result::Result<Option<(rpc::FrameHeader, Vec<u8>)>, String> {
-    loop {
-        match rpc::split_frame(buf, MAX_REPLY_BODY_BYTES) {
-            Err(e) => return Err(format!("bad frame from engine: {e}")),
-            Ok(Some((header, len))) if buf.len() >= len => {
-                let body = buf[rpc::HEADER_BYTES..len].to_vec();
-                buf.drain(..len);
-                return Ok(Some((header, body)));
-            }
-            // A big body (ior transfers) is read straight into its own
-            // buffer: one copy out of the kernel instead of three.
-            Ok(Some((header, len))) if len - rpc::HEADER_BYTES > chunk.len() => {
-                let mut body = buf.split_off(rpc::HEADER_BYTES);
-                buf.clear();
-                read_rest(stream, &mut body, len - rpc::HEADER_BYTES)?;
-                return Ok(Some((header, body)));
-            }
-            Ok(_) => {}
-        }
-        match read_some(stream, chunk)? {
-            0 if buf.is_empty() => return Ok(None),
-            0 => return Err("engine closed the connection mid-frame".into()),
-            n => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
-/// One `read`, retried when interrupted.
-fn read_some(stream: &mut Stream, into: &mut [u8]) -> std::result::Result<usize, String> {
-    loop {
-        match stream.read(into) {
-            Ok(n) => return Ok(n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("read failed: {e}")),
-        }
-    }
-}
-
-/// Reads into `body` (which holds fewer than `len` bytes) until it holds `len`.
-fn read_rest(
-    stream: &mut Stream,
-    body: &mut Vec<u8>,
-    len: usize,
-) -> std::result::Result<(), String> {
-    let mut have = body.len();
-    body.resize(len, 0);
-    while have < len {
-        match read_some(stream, &mut body[have..])? {
-            0 => return Err("engine closed the connection mid-frame".into()),
-            n => have += n,
-        }
-    }
-    Ok(())
 }
 
 /// Reads one whole reply frame during the handshake, collecting any fds.

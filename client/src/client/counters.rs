@@ -55,6 +55,12 @@ pub struct CounterSnapshot {
     pub listed_reads: u64,
     /// Extent lists asked of the engine (ExtentList requests).
     pub extent_lists: u64,
+    /// RPC replies read off the socket by the caller that was waiting for
+    /// them (one wake-up per round trip), of all replies read (the rest by
+    /// the connection's reader thread, see `client::reader`).
+    pub replies_read_by_caller: u64,
+    /// RPC replies read (frames delivered) on this client's connections.
+    pub replies_read: u64,
 }
 
 impl CounterSnapshot {
@@ -79,6 +85,8 @@ impl CounterSnapshot {
             rpc_requests: self.rpc_requests - earlier.rpc_requests,
             listed_reads: self.listed_reads - earlier.listed_reads,
             extent_lists: self.extent_lists - earlier.extent_lists,
+            replies_read_by_caller: self.replies_read_by_caller - earlier.replies_read_by_caller,
+            replies_read: self.replies_read - earlier.replies_read,
         }
     }
 }

@@ -12,6 +12,7 @@ use ferrite_proto::rpc::{
     Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat, Verified,
 };
 
+use crate::client::async_api::assemble_batch;
 use crate::client::bulk::BulkArea;
 use crate::client::conn::{ConnectOptions, Connection, Session};
 use crate::client::counters::{Counter, CounterSnapshot, Counters};
@@ -267,7 +268,13 @@ impl Client {
 
     /// One-sided hits, retries, fallbacks and RPC counts so far.
     pub fn counters(&self) -> CounterSnapshot {
-        self.counters.snapshot()
+        let mut snapshot = self.counters.snapshot();
+        for conn in &self.conns {
+            let (by_caller, all) = conn.replies_read();
+            snapshot.replies_read_by_caller += by_caller;
+            snapshot.replies_read += all;
+        }
+        snapshot
     }
 
     /// This thread's slot, spreading threads over connections.
@@ -601,7 +608,13 @@ impl Client {
         let mut it = requests.into_iter().peekable();
         while it.peek().is_some() {
             let chunk: Vec<Request> = it.by_ref().take(MAX_BATCH_ITEMS).collect();
-            out.extend(futures::executor::block_on(self.batch_async(chunk))?);
+            let sent = self.send_batch(chunk);
+            let answers = sent
+                .parts
+                .into_iter()
+                .map(|(at, reply)| (at, reply.wait()))
+                .collect();
+            out.extend(assemble_batch(sent.n, &sent.url, answers)?);
         }
         Ok(out)
     }

@@ -30,6 +30,7 @@ pub mod error;
 pub mod extent_lists;
 pub mod handle;
 pub mod onesided;
+pub(crate) mod reader;
 pub(crate) mod reply;
 pub mod url;
 pub mod waiter;

@@ -11,6 +11,7 @@ use ferrite_proto::rpc::Reply;
 use ferrite_xstream::Event;
 
 use crate::client::error::Result;
+use crate::client::reader::Shared;
 
 /// A reply (or the error that replaced it).
 pub type Answer = Result<Reply>;
@@ -43,6 +44,15 @@ impl Waiter {
         if let Some(w) = waker {
             w.wake();
         }
+    }
+
+    /// The answer, if it is there.
+    pub(crate) fn take(&self) -> Option<Answer> {
+        self.lock().answer.take()
+    }
+
+    pub(crate) fn is_answered(&self) -> bool {
+        self.lock().answer.is_some()
     }
 
     /// Blocks until the answer or `deadline`; `None` on timeout.
@@ -83,11 +93,27 @@ impl Sink {
 /// cancel the request (the engine still applies a sent update).
 pub struct ReplyFuture {
     pub(crate) waiter: Arc<Waiter>,
+    pub(crate) conn: Arc<Shared>,
+    pub(crate) id: u64,
+    pub(crate) op: &'static str,
 }
 
 impl std::fmt::Debug for ReplyFuture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReplyFuture").finish()
+        f.debug_struct("ReplyFuture").field("id", &self.id).finish()
+    }
+}
+
+impl ReplyFuture {
+    /// Blocks for the reply, up to the connection's timeout, reading the
+    /// connection itself while nobody else does (see [`super::reader`]):
+    /// cheaper than `block_on`, whose reply a reader thread would hand over.
+    pub fn wait(self) -> Answer {
+        let deadline = Instant::now() + self.conn.timeout;
+        match self.conn.wait_reading(&self.waiter, deadline) {
+            Some(a) => a,
+            None => Err(self.conn.timed_out(self.id, self.op)),
+        }
     }
 }
 
@@ -95,11 +121,15 @@ impl Future for ReplyFuture {
     type Output = Answer;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
-        let mut s = self.waiter.lock();
-        if let Some(a) = s.answer.take() {
-            return Poll::Ready(a);
+        {
+            let mut s = self.waiter.lock();
+            if let Some(a) = s.answer.take() {
+                return Poll::Ready(a);
+            }
+            s.waker = Some(cx.waker().clone());
         }
-        s.waker = Some(cx.waker().clone());
+        // Nobody may be reading for us: the background reader must.
+        self.conn.kick();
         Poll::Pending
     }
 }
