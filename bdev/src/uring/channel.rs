@@ -350,6 +350,55 @@ impl UringChannel {
         self.submit(op, offset, Payload::None).await.map(|_| ())
     }
 
+    /// The first hole of the file in `[from, end)`, as a block-aligned
+    /// range inside both (`None`: no hole, or no way to tell).
+    fn next_hole(&self, from: u64, end: u64) -> Result<Option<(u64, u64)>> {
+        let seek = |at: u64, whence: i32| -> Result<Option<u64>> {
+            // SAFETY: lseek on the descriptor `_file` keeps open; it moves
+            // only the file position, which this channel never uses (its
+            // reads and writes carry their offsets).
+            let r = unsafe { libc::lseek(self.raw_fd, at as libc::off_t, whence) };
+            if r >= 0 {
+                return Ok(Some(r as u64));
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                // Past the end (ENXIO), or no hole support (EINVAL).
+                Some(libc::ENXIO) | Some(libc::EINVAL) => Ok(None),
+                _ => Err(self.io_error(Op::Write, at, e)),
+            }
+        };
+        let bs = u64::from(self.block_size);
+        let Some(hole) = seek(from, libc::SEEK_HOLE)? else {
+            return Ok(None);
+        };
+        let start = hole.next_multiple_of(bs);
+        if start >= end {
+            return Ok(None);
+        }
+        let data = seek(start, libc::SEEK_DATA)?.unwrap_or(end).min(end);
+        let stop = data / bs * bs;
+        Ok((stop > start).then_some((start, stop)))
+    }
+
+    async fn fill_holes_impl(&self, offset: u64, len: u64) -> Result<u64> {
+        self.check("fill_holes", offset, len)?;
+        let end = offset + len;
+        let (mut pos, mut filled) = (offset, 0);
+        while let Some((start, stop)) = self.next_hole(pos, end)? {
+            let mut at = start;
+            while at < stop {
+                let n = ZERO_CHUNK.min(stop - at);
+                let buf = IoBuf::new(n as usize);
+                self.submit(Op::Write, at, Payload::One(buf)).await?;
+                at += n;
+            }
+            filled += stop - start;
+            pos = stop;
+        }
+        Ok(filled)
+    }
+
     async fn write_zeroes_impl(&self, offset: u64, len: u64) -> Result<()> {
         let mode = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
         match self.fallocate("write_zeroes", offset, len, mode).await {
@@ -610,6 +659,9 @@ impl Channel for UringChannel {
     fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()> {
         Box::pin(self.write_zeroes_impl(offset, len))
     }
+    fn fill_holes(&self, offset: u64, len: u64) -> IoFuture<'_, u64> {
+        Box::pin(self.fill_holes_impl(offset, len))
+    }
     fn unmap(&self, offset: u64, len: u64) -> IoFuture<'_, ()> {
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
         Box::pin(self.fallocate("unmap", offset, len, mode))
@@ -738,6 +790,45 @@ mod tests {
                 let len = super::INLINE_WRITE_MAX * 2;
                 let back = ch.read(1 << 20, ch.alloc(len).unwrap()).await.unwrap();
                 assert!(back.as_slice().iter().all(|&b| b == 5));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// `fill_holes` writes zeros into the holes of a sparse file only: the
+    /// data already there stays, the whole range ends up allocated, and a
+    /// second call finds nothing to fill.
+    #[test]
+    fn fill_holes_allocates_the_holes_and_keeps_the_data() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        let opts = UringOptions {
+            size: Some(4 << 20),
+            ..UringOptions::default()
+        };
+        let dev = UringBdev::open("sparse", &path, &opts).unwrap();
+        let p = path.clone();
+        let allocated = move || std::fs::metadata(&p).unwrap().blocks() * 512;
+        assert!(allocated() < 64 << 10, "a new device file is sparse");
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let ch = dev.channel().unwrap();
+                let mut data = ch.alloc(8192).unwrap();
+                data.as_mut_slice().fill(7);
+                ch.write(1 << 20, data).await.unwrap();
+                assert!(ch.fill_holes(100, 4096).await.is_err(), "misaligned");
+                let filled = ch.fill_holes(0, 4 << 20).await.unwrap();
+                assert_eq!(filled, (4 << 20) - 8192);
+                ch.flush().await.unwrap();
+                assert!(allocated() >= 4 << 20, "{} bytes allocated", allocated());
+                assert_eq!(ch.fill_holes(0, 4 << 20).await.unwrap(), 0);
+                let back = ch.read(0, ch.alloc(4 << 20).unwrap()).await.unwrap();
+                let b = back.as_slice();
+                assert!(b[1 << 20..(1 << 20) + 8192].iter().all(|&x| x == 7));
+                assert!(b[..1 << 20].iter().all(|&x| x == 0));
+                assert!(b[(1 << 20) + 8192..].iter().all(|&x| x == 0));
             })
             .unwrap()
             .join()

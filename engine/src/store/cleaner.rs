@@ -622,9 +622,22 @@ impl Store {
         self.cleaner_stop.set(false);
         self.cleaner_active.set(true);
         let shares = glommio::Shares::Static(CLEANER_SHARES);
-        self.spawn_background(shares, "store-cleaner", || {
+        let cleaner = self.spawn_background(shares, "store-cleaner", || {
             Rc::clone(self).run_cleaner(CLEANER_BACKOFF)
-        })
+        });
+        // The store's `Rc` is known from here on: prepare the slot the log
+        // opens next (later ones as segments open).
+        let next = {
+            let log = self.log.borrow();
+            let n = log.head / self.geo.segment_bytes;
+            log.slots
+                .next_free(n + 1)
+                .map(|n| (n, log.slots.slot_of(n)))
+        };
+        if let Some((n, slot)) = next {
+            self.prepare_slot(n, slot);
+        }
+        cleaner
     }
 
     /// Asks a running cleaner to stop after its current pass.

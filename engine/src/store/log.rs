@@ -125,6 +125,11 @@ pub(crate) struct LogState {
     pub pending_hashes: HashMap<u64, u32, BuildHasherDefault<KeyHashHasher>>,
     pub pending_punches: u32,
     pub pending_new_keys: usize,
+    /// Group commits done when the hot head last opened a segment.
+    pub commits_at_open: u64,
+    /// The hot head filled its last segment with big commits: slots are
+    /// not prepared ([`Store::prepare_next`]).
+    pub big_commits: bool,
 }
 
 impl LogState {
@@ -285,6 +290,7 @@ impl Store {
             let n = p.addr / seg;
             let born = log.head;
             log.slots.occupy(n, born);
+            self.prepare_next(log, n, cold.is_none());
             if cold.is_some() {
                 log.cold = Some(ColdSeg {
                     head: p.addr,
@@ -728,6 +734,7 @@ impl Store {
             }
         }
         let offset = self.geo.log_device_offset(start);
+        self.wait_prepared(start).await;
         let buf = match self.chan.write(offset, buf).await {
             Ok(b) => b,
             Err(e) => {

@@ -64,6 +64,7 @@ mod format;
 mod keeper;
 mod log;
 mod ops;
+mod prepare;
 mod recover;
 mod segments;
 mod sync;
@@ -297,6 +298,14 @@ pub struct StoreStats {
     /// serves batch frames and bursts of pipelined GETs that way).
     pub fetch_batches: u64,
     pub fetch_batch_keys: u64,
+    /// Device slots prepared ahead of the log (their holes filled, see
+    /// `store::prepare`), the bytes of zeros that took, commits that waited
+    /// for a preparation, and preparations that failed (the log's writes
+    /// then allocate the slot themselves).
+    pub slots_prepared: u64,
+    pub prepare_bytes_filled: u64,
+    pub prepare_waits: u64,
+    pub prepare_failures: u64,
     pub bucket_slots_used: usize,
     pub bucket_count_total: u32,
     pub overflow_buckets_free: usize,
@@ -330,6 +339,10 @@ struct Counters {
     segments_freed_early: u64,
     fetch_batches: u64,
     fetch_batch_keys: u64,
+    slots_prepared: u64,
+    prepare_bytes_filled: u64,
+    prepare_waits: u64,
+    prepare_failures: u64,
 }
 
 /// The record store of one target. See the module docs.
@@ -382,6 +395,8 @@ pub struct Store {
     /// This many of the appended records are on stable media.
     flushed_upto: Cell<u64>,
     flush_lock: glommio::sync::Semaphore,
+    /// Which device slots are allocated ahead of the log ([`prepare`]).
+    prep: RefCell<prepare::Preparation>,
 }
 
 impl std::fmt::Debug for Store {
@@ -470,6 +485,10 @@ impl Store {
             cleaner_bytes_copied: c.cleaner_bytes_copied,
             cleaner_dead_by_slot: c.cleaner_dead_by_slot,
             cleaner_wall_waits: c.cleaner_wall_waits,
+            slots_prepared: c.slots_prepared,
+            prepare_bytes_filled: c.prepare_bytes_filled,
+            prepare_waits: c.prepare_waits,
+            prepare_failures: c.prepare_failures,
             cleaner_wait_timeouts: c.cleaner_wait_timeouts,
             cleaner_failures: c.cleaner_failures,
             commits_led_off_home: c.commits_led_off_home,
