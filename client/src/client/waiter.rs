@@ -20,6 +20,9 @@ pub type Answer = Result<Reply>;
 struct State {
     answer: Option<Answer>,
     waker: Option<Waker>,
+    /// A thread sleeps on the condition variable (std's `notify_all` makes
+    /// a system call whether or not anyone waits).
+    sleeping: bool,
 }
 
 /// One reply slot, shared by the connection's reader and the caller.
@@ -35,12 +38,14 @@ impl Waiter {
     }
 
     pub(crate) fn complete(&self, answer: Answer) {
-        let waker = {
+        let (waker, sleeping) = {
             let mut s = self.lock();
             s.answer = Some(answer);
-            s.waker.take()
+            (s.waker.take(), s.sleeping)
         };
-        self.cv.notify_all();
+        if sleeping {
+            self.cv.notify_all();
+        }
         if let Some(w) = waker {
             w.wake();
         }
@@ -66,10 +71,12 @@ impl Waiter {
             if now >= deadline {
                 return None;
             }
+            s.sleeping = true;
             s = match self.cv.wait_timeout(s, deadline - now) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
+            s.sleeping = false;
         }
     }
 }
