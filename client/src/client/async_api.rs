@@ -33,13 +33,20 @@ pub(crate) struct SentBatch {
     pub(crate) parts: Vec<(Vec<usize>, ReplyFuture)>,
 }
 
+impl SentBatch {
+    /// Blocks for every frame's reply ([`ReplyFuture::wait`]: reading the
+    /// connection itself where nobody else does); replies in item order.
+    pub(crate) fn wait(self) -> Result<Vec<Reply>> {
+        let answers = (self.parts.into_iter())
+            .map(|(at, reply)| (at, reply.wait()))
+            .collect();
+        assemble_batch(self.n, &self.url, answers)
+    }
+}
+
 /// The replies of a batch of `n` items in item order, from the replies of
 /// its frames.
-pub(crate) fn assemble_batch(
-    n: usize,
-    url: &str,
-    answers: Vec<(Vec<usize>, Answer)>,
-) -> Result<Vec<Reply>> {
+fn assemble_batch(n: usize, url: &str, answers: Vec<(Vec<usize>, Answer)>) -> Result<Vec<Reply>> {
     let mut out: Vec<Option<Reply>> = vec![None; n];
     for (at, answer) in answers {
         let replies = reply::batch(answer?)?;

@@ -12,7 +12,6 @@ use ferrite_proto::rpc::{
     Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat, Verified,
 };
 
-use crate::client::async_api::assemble_batch;
 use crate::client::bulk::BulkArea;
 use crate::client::conn::{ConnectOptions, Connection, Session};
 use crate::client::counters::{Counter, CounterSnapshot, Counters};
@@ -608,13 +607,7 @@ impl Client {
         let mut it = requests.into_iter().peekable();
         while it.peek().is_some() {
             let chunk: Vec<Request> = it.by_ref().take(MAX_BATCH_ITEMS).collect();
-            let sent = self.send_batch(chunk);
-            let answers = sent
-                .parts
-                .into_iter()
-                .map(|(at, reply)| (at, reply.wait()))
-                .collect();
-            out.extend(assemble_batch(sent.n, &sent.url, answers)?);
+            out.extend(self.send_batch(chunk).wait()?);
         }
         Ok(out)
     }

@@ -627,16 +627,9 @@ impl Store {
         });
         // The store's `Rc` is known from here on: prepare the slot the log
         // opens next (later ones as segments open).
-        let next = {
-            let log = self.log.borrow();
-            let n = log.head / self.geo.segment_bytes;
-            log.slots
-                .next_free(n + 1)
-                .map(|n| (n, log.slots.slot_of(n)))
-        };
-        if let Some((n, slot)) = next {
-            self.prepare_slot(n, slot);
-        }
+        let log = self.log.borrow();
+        self.prepare_after(&log, log.head / self.geo.segment_bytes);
+        drop(log);
         cleaner
     }
 

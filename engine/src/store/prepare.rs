@@ -42,12 +42,23 @@ pub(crate) enum Prep {
 }
 
 /// The preparation state of every slot, and the commits waiting for one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Preparation {
     slots: Vec<Prep>,
     waiters: Vec<(usize, oneshot::Sender<()>)>,
     /// The background task queue preparations run in, made at the first.
     queue: Option<glommio::TaskQueueHandle>,
+}
+
+impl Preparation {
+    /// Nothing known yet about any of `slots` slots.
+    pub(crate) fn new(slots: u64) -> Self {
+        Self {
+            slots: vec![Prep::Unknown; slots as usize],
+            waiters: Vec::new(),
+            queue: None,
+        }
+    }
 }
 
 impl Store {
@@ -65,30 +76,38 @@ impl Store {
             log.commits_at_open = commits;
             log.big_commits = since < self.geo.segment_bytes / PREPARE_COMMIT_BYTES;
         }
-        if log.big_commits {
-            return;
-        }
-        if let Some(next) = log.slots.next_free(n + 1) {
-            self.prepare_slot(next, log.slots.slot_of(next));
+        if !log.big_commits {
+            self.prepare_after(log, n);
         }
     }
 
-    /// Starts preparing device slot `slot`, which holds no segment and will
-    /// hold segment `next` (the log's next to open), if it was never looked
-    /// at. Needs the store's `Rc` ([`Store::spawn_cleaner`] records it):
-    /// without it nothing is prepared, which costs only speed.
-    pub(crate) fn prepare_slot(&self, next: u64, slot: usize) {
+    /// Starts preparing the slot of the first free segment after segment
+    /// `n`: the one the log opens next.
+    pub(crate) fn prepare_after(&self, log: &LogState, n: u64) {
+        if let Some(next) = log.slots.next_free(n + 1) {
+            self.prepare_slot(next);
+        }
+    }
+
+    /// The device slot segment `n` lives in.
+    fn slot_of(&self, n: u64) -> usize {
+        (n % self.geo.slots()) as usize
+    }
+
+    /// Starts preparing the slot of segment `next`, which is free (the
+    /// log's next to open), if it was never looked at. Needs the store's
+    /// `Rc` ([`Store::spawn_cleaner`] records it): without it nothing is
+    /// prepared, which costs only speed.
+    fn prepare_slot(&self, next: u64) {
         if self.config.durability != Durability::Device {
             return;
         }
         let Some(me) = self.me.borrow().upgrade() else {
             return;
         };
+        let slot = self.slot_of(next);
         let queue = {
             let mut prep = self.prep.borrow_mut();
-            if prep.slots.len() <= slot {
-                prep.slots.resize(slot + 1, Prep::Unknown);
-            }
             if prep.slots[slot] != Prep::Unknown {
                 return;
             }
@@ -148,10 +167,10 @@ impl Store {
     /// Waits until the slot holding log address `addr` is not being
     /// prepared (at once, unless the log caught up with its preparation).
     pub(crate) async fn wait_prepared(&self, addr: u64) {
-        let slot = (addr / self.geo.segment_bytes % self.geo.slots()) as usize;
+        let slot = self.slot_of(addr / self.geo.segment_bytes);
         let rx = {
             let mut prep = self.prep.borrow_mut();
-            if prep.slots.get(slot) != Some(&Prep::Filling) {
+            if prep.slots[slot] != Prep::Filling {
                 return;
             }
             let (tx, rx) = oneshot::channel();

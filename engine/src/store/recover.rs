@@ -122,7 +122,7 @@ impl Store {
             keeper: Cell::new(Default::default()),
             flushed_upto: Cell::new(0),
             flush_lock: glommio::sync::Semaphore::new(1),
-            prep: RefCell::default(),
+            prep: RefCell::new(super::prepare::Preparation::new(geo.slots())),
         };
         if fresh {
             store.format().await?;
