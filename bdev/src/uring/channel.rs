@@ -1,6 +1,6 @@
 //! The per-xstream channel of a `uring` device and its operation future.
 
-use super::ring::{Payload, RingState};
+use super::ring::{Payload, Reaper, RingState};
 use super::wakeup::Wakeup;
 use super::UringOptions;
 use crate::{check_range, BdevError, BufPool, Channel, IoBuf, IoFuture, Result};
@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -27,7 +28,8 @@ const INLINE_WRITE_MAX: usize = 64 << 10;
 
 pub(super) struct UringChannel {
     name: Arc<str>,
-    state: RefCell<RingState>,
+    /// Shared with the channel's reaper task (weakly).
+    state: Rc<RefCell<RingState>>,
     raw_fd: RawFd,
     fixed_file: bool,
     fixed_bufs: bool,
@@ -137,9 +139,18 @@ impl UringChannel {
         } else {
             None
         };
+        let state = Rc::new(RefCell::new(RingState::new(
+            ring,
+            queue_depth,
+            opts.park,
+            wakeup,
+        )));
+        // The channel lives on a glommio executor (an xstream): its
+        // completions are reaped by a task there (see `ring.rs`).
+        glommio::spawn_local(Reaper(Rc::downgrade(&state))).detach();
         Ok(Self {
             name,
-            state: RefCell::new(RingState::new(ring, queue_depth, opts.park, wakeup)),
+            state,
             raw_fd,
             fixed_file,
             fixed_bufs,
@@ -192,13 +203,13 @@ impl UringChannel {
         Ok(buf)
     }
 
-    /// Times the poller slept without blocking the xstream (tests).
+    /// Times the reaper slept without blocking the xstream (tests).
     #[cfg(test)]
     pub(super) fn sleeps(&self) -> u64 {
         self.state.borrow().sleeps
     }
 
-    /// Times the poller waited in the kernel (tests).
+    /// Times the reaper waited in the kernel (tests).
     #[cfg(test)]
     pub(super) fn kernel_waits(&self) -> u64 {
         self.state.borrow().kernel_waits
@@ -210,7 +221,7 @@ impl UringChannel {
         self.state.borrow().unsubmitted()
     }
 
-    /// The descriptors of the poller's eventfd, if it has one (tests).
+    /// The descriptors of the reaper's eventfd, if it has one (tests).
     #[cfg(test)]
     pub(super) fn wakeup_fds(&self) -> Option<[RawFd; 2]> {
         self.state.borrow().wakeup_fds()
@@ -521,8 +532,8 @@ impl Future for UringOp<'_> {
             if let Poll::Ready(r) = this.poll_ready(&mut state, cx) {
                 return Poll::Ready(r);
             }
-            // Pushed: submitted now if another future polls the ring, else
-            // this future becomes the poller and submits on its next poll.
+            // Pushed: submitted now if the reaper runs, else by the reaper
+            // in its next wait.
             if let Stage::InFlight { slot, .. } = this.stage {
                 state.park(slot, cx.waker());
             }
@@ -531,17 +542,10 @@ impl Future for UringOp<'_> {
         let Stage::InFlight { op, offset, slot } = this.stage else {
             return Poll::Pending;
         };
-        if state.result_ready(slot) {
+        if state.check(slot, cx.waker()) {
             return this.complete(&mut state, op, offset, slot);
         }
-        match state.poll(slot, cx.waker()) {
-            Err(e) => {
-                state.broken = Some(e.to_string());
-                Poll::Ready(Err(channel.io_error(op, offset, e)))
-            }
-            Ok(true) if state.result_ready(slot) => this.complete(&mut state, op, offset, slot),
-            Ok(_) => Poll::Pending,
-        }
+        Poll::Pending
     }
 }
 
@@ -557,7 +561,8 @@ impl Drop for UringOp<'_> {
 
 impl Drop for UringChannel {
     fn drop(&mut self) {
-        let state = self.state.get_mut();
+        let mut state = self.state.borrow_mut();
+        state.close();
         if !state.drain_blocking(DRAIN_LIMIT) {
             // The kernel may still write into these buffers: never free them.
             state.leak_in_flight();
@@ -829,6 +834,43 @@ mod tests {
                 assert!(b[1 << 20..(1 << 20) + 8192].iter().all(|&x| x == 7));
                 assert!(b[..1 << 20].iter().all(|&x| x == 0));
                 assert!(b[(1 << 20) + 8192..].iter().all(|&x| x == 0));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    /// An operation completes while an earlier one of the same channel is
+    /// in flight and not polled (its task awaits something else, as the
+    /// cleaner awaits a commit with its reads in flight). When the future
+    /// that first found the ring idle was also the one that looked at it,
+    /// the write waited for a completion nobody reaped: bounded by a timer.
+    #[test]
+    fn an_operation_completes_while_an_earlier_one_is_not_polled() {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = UringOptions {
+            size: Some(4 << 20),
+            ..UringOptions::default()
+        };
+        let dev = UringBdev::open("unpolled", &dir.path().join("dev"), &opts).unwrap();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let ch = dev.channel().unwrap();
+                let mut read = ch.read(0, ch.alloc(4096).unwrap());
+                assert!(futures::poll!(&mut read).is_pending());
+                for round in 0..20u8 {
+                    let mut data = ch.alloc(4096).unwrap();
+                    data.as_mut_slice().fill(round);
+                    let write = ch.write(4096, data);
+                    let timer = glommio::timer::sleep(std::time::Duration::from_secs(5));
+                    let timer = std::pin::pin!(timer);
+                    let done = futures::future::select(write, timer).await;
+                    assert!(
+                        matches!(done, futures::future::Either::Left((Ok(_), _))),
+                        "write {round} stalled behind a read nobody polls"
+                    );
+                }
+                assert!(read.await.is_ok());
             })
             .unwrap()
             .join()

@@ -74,10 +74,10 @@ pub struct UringOptions {
     /// With `direct: false`, writes of at least this many bytes bypass the
     /// page cache through an O_DIRECT descriptor (module docs).
     pub direct_from: Option<usize>,
-    /// Zero: the poller only spins. Otherwise the longest one wait in the
+    /// Zero: the reaper only spins. Otherwise the longest one wait in the
     /// kernel for a completion (the xstream's other tasks run between
     /// waits); on an xstream, after a few waits that found nothing, the
-    /// poller sleeps without blocking it until the kernel signals
+    /// reaper sleeps without blocking it until the kernel signals
     /// completions (see `ring.rs`).
     pub park: std::time::Duration,
 }

@@ -2,30 +2,38 @@
 //! for long.
 //!
 //! An operation future pushes its entry on first poll (or waits for a free
-//! slot: back-pressure at the queue depth) and is then completed by reaping
-//! the completion queue. Of the futures in flight exactly one, the *poller*,
-//! looks at the ring; the others sleep until the poller reaps their
-//! completion and wakes them (a woken future whose result is there completes
-//! without a system call). A future that pushes its entry while another
-//! future polls submits it at once (one `io_uring_enter`, as fio submits);
-//! the first future in flight becomes the poller and submits its entry in
-//! the call that waits for the next completion. With nothing in flight no
-//! task is scheduled, so an idle channel costs no CPU.
+//! slot: back-pressure at the queue depth), registers its waker and is
+//! completed when its completion is reaped. One task per channel, the
+//! *reaper* (spawned on the executor with the channel), looks at the ring
+//! while entries are in flight and wakes the futures whose completions it
+//! reaps; with nothing in flight it waits for the next push, so an idle
+//! channel costs no CPU. A future that pushes while the reaper runs
+//! submits its entry at once (one `io_uring_enter`, as fio submits); an
+//! entry pushed to an idle reaper is submitted by the reaper in the call
+//! that waits for the next completion.
 //!
-//! A poll that reaps nothing waits: in the kernel, for one completion and
-//! at most `park` (`park_us=`, default 50 µs), submitting the pending
-//! entries in the same call, then re-schedules itself so that the xstream's
-//! other tasks run between waits (events of glommio's own rings, like a
-//! socket becoming readable, are seen after the wait). After
+//! The reaper is a task of its own because the futures of a channel are not
+//! polled whenever their task runs: a task may keep reads in flight in a
+//! stream and await something else (the cleaner keeps its window reads in
+//! flight while it waits for a group commit). When one of those futures was
+//! also the one that looked at the ring, every other operation of the
+//! channel, the commit's own writes among them, waited for a completion
+//! nobody reaped: the xstream hung.
+//!
+//! A poll of the reaper that reaps nothing waits: in the kernel, for one
+//! completion and at most `park` (`park_us=`, default 50 µs), submitting
+//! the pending entries in the same call, then re-schedules itself so that
+//! the xstream's other tasks run between waits (events of glommio's own
+//! rings, like a socket becoming readable, are seen after the wait). After
 //! [`KERNEL_WAITS`] such waits in a row found nothing (a slow device, a long
 //! flush), or at once when only flushes are in flight (their
 //! hundreds of µs outlast every short wait: waiting first cost a device-
-//! durability PUT ~15 % of its rate), the poller sleeps without blocking
+//! durability PUT ~15 % of its rate), the reaper sleeps without blocking
 //! the xstream: an eventfd
 //! registered with the ring is read through glommio's reactor (see
 //! `wakeup.rs`), so the xstream runs its other tasks or parks in glommio
-//! until the read completes. Off an xstream (a bare glommio executor,
-//! another thread) it keeps waiting in the kernel.
+//! until the read completes. Off an xstream (a bare glommio executor) it
+//! keeps waiting in the kernel.
 //!
 //! Measured on a loaded 2-core VM: a sleep on the eventfd costs ~10 system
 //! calls in glommio's park and wake (its own rings, a membarrier). With the
@@ -49,8 +57,12 @@ use super::wakeup::Wakeup;
 use crate::IoBuf;
 use io_uring::types::{SubmitArgs, Timespec};
 use io_uring::{squeue, IoUring};
+use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::task::Waker;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Weak;
+use std::task::{Context, Poll, Waker};
 
 /// What an operation owns while the kernel works on it.
 #[derive(Debug)]
@@ -79,8 +91,13 @@ pub(super) struct RingState {
     free: Vec<u32>,
     /// Futures waiting for a free slot.
     waiters: VecDeque<Waker>,
-    /// Slot whose future re-schedules itself to poll the ring.
-    poller: Option<u32>,
+    /// Entries pushed whose completion has not been reaped.
+    awaiting: usize,
+    /// The reaper task's waker (from its last poll) and what it is doing.
+    reaper: Option<Waker>,
+    reaper_state: ReaperState,
+    /// The channel was dropped: the reaper ends.
+    closed: bool,
     /// Entries pushed and not yet submitted.
     pending_submit: bool,
     /// Slots in flight marked slow ([`RingState::mark_slow`]).
@@ -89,21 +106,30 @@ pub(super) struct RingState {
     empty_waits: u32,
     /// Longest blocking wait for a completion without a wakeup.
     park: Timespec,
-    /// Whether the poller ever sleeps (`park_us=0`: it only spins).
+    /// Whether the reaper ever sleeps (`park_us=0`: it only spins).
     park_enabled: bool,
-    /// How the poller sleeps without blocking the xstream, where it can.
+    /// How the reaper sleeps without blocking the xstream, where it can.
     wakeup: Option<Wakeup>,
-    /// The poller sleeps on `wakeup`; a new entry must wake it to submit.
-    asleep: bool,
-    /// Times the poller went to sleep on `wakeup`.
+    /// Times the reaper went to sleep on `wakeup`.
     pub(super) sleeps: u64,
-    /// Times the poller waited in `io_uring_enter` (tests).
+    /// Times the reaper waited in `io_uring_enter` (tests).
     pub(super) kernel_waits: u64,
     /// Set after the ring itself failed; every later op fails with it.
     pub(super) broken: Option<String>,
 }
 
-/// Waits in the kernel in a row that found nothing before the poller
+/// What the reaper task is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReaperState {
+    /// Nothing in flight: it waits for a push to wake it.
+    Idle,
+    /// Scheduled or running: it submits what is pushed on its next poll.
+    Running,
+    /// Asleep on the eventfd: a push submits and wakes it.
+    Asleep,
+}
+
+/// Waits in the kernel in a row that found nothing before the reaper
 /// sleeps on its eventfd (so at most 200 µs of `park = 50 µs` slices).
 pub(super) const KERNEL_WAITS: u32 = 4;
 
@@ -119,7 +145,10 @@ impl RingState {
             slots: (0..queue_depth).map(|_| Slot::default()).collect(),
             free: (0..queue_depth as u32).rev().collect(),
             waiters: VecDeque::new(),
-            poller: None,
+            awaiting: 0,
+            reaper: None,
+            reaper_state: ReaperState::Idle,
+            closed: false,
             pending_submit: false,
             empty_waits: 0,
             slow_in_flight: 0,
@@ -128,7 +157,6 @@ impl RingState {
                 .nsec(park.subsec_nanos()),
             park_enabled: !park.is_zero(),
             wakeup,
-            asleep: false,
             sleeps: 0,
             kernel_waits: 0,
             broken: None,
@@ -166,7 +194,7 @@ impl RingState {
     }
 
     /// Marks `slot`'s operation slow (a flush): while only such operations
-    /// are in flight the poller sleeps at once instead of waiting in the
+    /// are in flight the reaper sleeps at once instead of waiting in the
     /// kernel first, whose short waits would all run out before a device
     /// flush completes.
     pub(super) fn mark_slow(&mut self, slot: u32) {
@@ -201,6 +229,7 @@ impl RingState {
         }
         self.slots[slot as usize].payload = Some(payload);
         self.pending_submit = true;
+        self.awaiting += 1;
         Ok(())
     }
 
@@ -247,21 +276,24 @@ impl RingState {
         }
     }
 
-    /// One poll of the ring by the future of `slot`, whose entry is in
-    /// flight and whose result was not there. Another future's poll only
-    /// registers `waker` (woken when its completion is reaped, or to take
-    /// over polling). The poller runs pending completion work and reaps;
-    /// after a reap it re-schedules itself (the futures it woke push their
-    /// next entries meanwhile); finding nothing, it waits (see the module
-    /// doc). Returns whether completions were reaped here (the caller looks
-    /// at its own result again).
-    pub(super) fn poll(&mut self, slot: u32, waker: &Waker) -> std::io::Result<bool> {
-        if self.poller.is_some_and(|p| p != slot) {
-            self.store_waker(slot, waker);
-            return Ok(false);
+    /// One poll of the ring by the reaper task: runs pending completion
+    /// work and reaps, waking the futures of what it reaped; after a reap
+    /// it re-schedules itself (the futures it woke push their next entries
+    /// meanwhile); finding nothing, it waits (see the module doc). With
+    /// nothing in flight it goes idle until a push wakes it; once the
+    /// channel is dropped it is done.
+    pub(super) fn reaper_poll(&mut self, waker: &Waker) -> std::io::Result<Poll<()>> {
+        if !self.reaper.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            self.reaper = Some(waker.clone());
         }
-        self.poller = Some(slot);
-        self.asleep = false;
+        if self.closed {
+            return Ok(Poll::Ready(()));
+        }
+        if self.awaiting == 0 {
+            self.reaper_state = ReaperState::Idle;
+            return Ok(Poll::Pending);
+        }
+        self.reaper_state = ReaperState::Running;
         if self.ring.submission().taskrun() {
             // Completion work is pending: one enter submits and runs it.
             self.submit()?;
@@ -272,23 +304,47 @@ impl RingState {
                 self.submit()?;
             }
             self.empty_waits = 0;
-            waker.wake_by_ref();
-            return Ok(true);
-        }
-        if !self.park_enabled {
+        } else if !self.park_enabled {
             self.flush()?;
-            waker.wake_by_ref();
-            return Ok(self.reap() > 0);
+            self.reap();
+        } else {
+            let only_slow = self.slow_in_flight == self.in_flight();
+            if self.wakeup.is_none() || (self.empty_waits < KERNEL_WAITS && !only_slow) {
+                let reaped = self.wait_in_kernel()?;
+                self.empty_waits = if reaped > 0 { 0 } else { self.empty_waits + 1 };
+            } else {
+                self.empty_waits = 0;
+                if self.sleep(waker) {
+                    return Ok(Poll::Pending);
+                }
+            }
         }
-        let only_slow = self.slow_in_flight == self.in_flight();
-        if self.wakeup.is_none() || (self.empty_waits < KERNEL_WAITS && !only_slow) {
-            let reaped = self.wait_in_kernel()?;
-            self.empty_waits = if reaped > 0 { 0 } else { self.empty_waits + 1 };
-            waker.wake_by_ref();
-            return Ok(reaped > 0);
+        waker.wake_by_ref();
+        Ok(Poll::Pending)
+    }
+
+    /// The ring failed: every later operation fails with `reason`, and the
+    /// futures in flight are woken to see it.
+    pub(super) fn fail(&mut self, reason: String) {
+        self.broken = Some(reason);
+        for w in self.slots.iter_mut().filter_map(|s| s.waker.take()) {
+            w.wake();
         }
-        self.empty_waits = 0;
-        Ok(self.sleep(slot, waker))
+        for w in self.waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// The channel is being dropped: the reaper ends on its next poll.
+    pub(super) fn close(&mut self) {
+        self.closed = true;
+        self.wake_reaper();
+    }
+
+    fn wake_reaper(&mut self) {
+        if let Some(w) = &self.reaper {
+            w.wake_by_ref();
+        }
     }
 
     /// Submits pending entries and waits for one completion, at most
@@ -309,9 +365,9 @@ impl RingState {
         Ok(self.reap())
     }
 
-    /// The poller sleeps on the wakeup unless a last look finds
-    /// completions; returns whether it reaped any.
-    fn sleep(&mut self, slot: u32, waker: &Waker) -> bool {
+    /// The reaper sleeps on the wakeup unless a last look finds
+    /// completions; returns whether it sleeps (else it polls again).
+    fn sleep(&mut self, waker: &Waker) -> bool {
         if let Some(w) = &mut self.wakeup {
             w.reset();
         }
@@ -319,24 +375,20 @@ impl RingState {
         let _ = self.flush();
         // Still flagged: the kernel ran only part of the pending work.
         if self.reap() > 0 || self.ring.submission().taskrun() {
-            waker.wake_by_ref();
-            return true;
+            return false;
         }
-        let slept = self.wakeup.as_mut().map(|w| w.sleep(waker));
-        match slept {
+        match self.wakeup.as_mut().map(|w| w.sleep(waker)) {
             Some(Ok(true)) => {
-                // Its completion may be reaped by a submitting future.
-                self.store_waker(slot, waker);
-                self.asleep = true;
+                self.reaper_state = ReaperState::Asleep;
                 self.sleeps += 1;
+                true
             }
-            Some(Ok(false)) | None => waker.wake_by_ref(),
+            Some(Ok(false)) | None => false,
             Some(Err(())) => {
                 self.wakeup = None; // the kernel refused the read: park there
-                waker.wake_by_ref();
+                false
             }
         }
-        false
     }
 
     fn store_waker(&mut self, slot: u32, waker: &Waker) {
@@ -350,6 +402,7 @@ impl RingState {
         let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
+        self.awaiting = self.awaiting.saturating_sub(1);
         if s.orphaned {
             s.orphaned = false;
             s.payload = None;
@@ -383,55 +436,50 @@ impl RingState {
             self.slow_in_flight -= 1;
         }
         self.free.push(slot);
-        if self.poller == Some(slot) {
-            self.poller = None;
-            self.asleep = false;
-        }
-        // Whoever finishes while no one polls (the poller itself, or a
-        // future woken to take over that found its own completion already
-        // reaped) hands polling to a sleeping in-flight future; otherwise
-        // those would wait until some new operation polled the ring.
-        if self.poller.is_none() {
-            self.hand_over_polling();
-        }
         for w in self.waiters.drain(..) {
             w.wake();
         }
     }
 
-    /// Wakes one sleeping in-flight future so that it becomes the poller.
-    fn hand_over_polling(&mut self) {
-        if let Some(w) = self.slots.iter_mut().find_map(|s| s.waker.take()) {
-            w.wake();
+    /// Parks the future of `slot` until its completion is reaped (`waker`
+    /// is woken then). An idle reaper is woken to submit the entry in its
+    /// next wait. If the reaper runs, the entry goes to the kernel now, as
+    /// fio does, rather than with the reaper's next wait: holding the
+    /// entries that a reap's woken futures push until the reaper ran again
+    /// cost a 4 KiB random read at QD32 ~8 % of its IOPS (the device queue
+    /// ran short by the entries held); and a sleeping reaper is woken.
+    pub(super) fn park(&mut self, slot: u32, waker: &Waker) {
+        self.store_waker(slot, waker);
+        match self.reaper_state {
+            ReaperState::Idle => {
+                self.reaper_state = ReaperState::Running;
+                self.wake_reaper();
+            }
+            ReaperState::Running => {
+                // A failure shows up again on the reaper's next submit.
+                let _ = self.submit();
+            }
+            ReaperState::Asleep => {
+                let _ = self.submit();
+                self.reaper_state = ReaperState::Running;
+                self.wake_reaper();
+            }
         }
     }
 
-    /// Parks the future of `slot`, which has just pushed its entry, until
-    /// its completion. If no one polls the ring, this future becomes the
-    /// poller and re-schedules itself (its next poll submits, in the call
-    /// that waits). Otherwise the entry goes to the kernel now, as fio
-    /// does, rather than with the poller's next wait: holding the entries
-    /// that a reap's woken futures push until the poller ran again cost a
-    /// 4 KiB random read at QD32 ~8 % of its IOPS (the device queue ran
-    /// short by the entries held); and a sleeping poller is woken.
-    pub(super) fn park(&mut self, slot: u32, waker: &Waker) {
-        match self.poller {
-            None => {
-                self.poller = Some(slot);
-                waker.wake_by_ref();
-            }
-            Some(p) if p == slot => waker.wake_by_ref(),
-            Some(p) => {
-                self.store_waker(slot, waker);
-                // A failure shows up again on the poller's next submit.
-                let _ = self.submit();
-                if std::mem::take(&mut self.asleep) {
-                    if let Some(w) = self.slots[p as usize].waker.take() {
-                        w.wake();
-                    }
-                }
-            }
+    /// A later poll of the future of `slot`, still in flight: takes what
+    /// the completion queue holds (no system call) and registers `waker`.
+    /// Returns whether its result is there.
+    pub(super) fn check(&mut self, slot: u32, waker: &Waker) -> bool {
+        if self.result_ready(slot) {
+            return true;
         }
+        self.reap();
+        if self.result_ready(slot) {
+            return true;
+        }
+        self.store_waker(slot, waker);
+        false
     }
 
     /// The future of `slot` was dropped before completion.
@@ -444,13 +492,6 @@ impl RingState {
         } else if s.busy {
             s.orphaned = true;
             s.waker = None;
-            if self.poller == Some(slot) {
-                self.poller = None;
-                self.asleep = false;
-            }
-            if self.poller.is_none() {
-                self.hand_over_polling();
-            }
         }
     }
 
@@ -475,6 +516,32 @@ impl RingState {
         for s in &mut self.slots {
             if s.busy {
                 std::mem::forget(s.payload.take());
+            }
+        }
+    }
+}
+
+/// The reaper task of a channel (see the module doc). It holds the ring
+/// weakly: the channel owns it, and ends the task when it is dropped.
+pub(super) struct Reaper(pub(super) Weak<RefCell<RingState>>);
+
+impl Future for Reaper {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(state) = self.0.upgrade() else {
+            return Poll::Ready(());
+        };
+        let Ok(mut state) = state.try_borrow_mut() else {
+            // An operation of this xstream holds the ring: look again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        };
+        match state.reaper_poll(cx.waker()) {
+            Ok(p) => p,
+            Err(e) => {
+                state.fail(e.to_string());
+                Poll::Ready(())
             }
         }
     }
