@@ -587,3 +587,34 @@ fn skewed_overwrites_stay_within_twice_the_live_data(many: u32, min_segments: u6
         );
     });
 }
+
+/// The cleaner's shares follow its backlog: the base while the log is near
+/// the live data, more (up to a foreground queue's 1000 at the disk budget)
+/// while the log holds dead records to clean, and back to the base once
+/// cleaning has caught up.
+#[test]
+fn the_cleaners_shares_follow_its_backlog() {
+    use ferrite_engine::store::CLEANER_SHARES;
+    on_fresh_store(|s| async move {
+        for k in 0..KEYS {
+            put(&s, k, &value(k, 0)).await;
+        }
+        assert_eq!(s.cleaner_shares(), CLEANER_SHARES, "{:?}", s.stats());
+        put_cold_fourths(&s).await;
+        let shares = s.cleaner_shares();
+        assert!(s.cleaning_due(), "{:?}", s.stats());
+        assert!(
+            shares > CLEANER_SHARES && shares <= 1000,
+            "{shares} shares: {:?}",
+            s.stats()
+        );
+        let mut passes = 0;
+        while s.cleaning_wanted() && passes < 50 {
+            s.clean().await.unwrap();
+            passes += 1;
+        }
+        assert!(!s.cleaning_wanted(), "{passes} passes: {:?}", s.stats());
+        assert_eq!(s.cleaner_shares(), CLEANER_SHARES, "{:?}", s.stats());
+        check_cold_fourths(&s).await;
+    });
+}

@@ -56,14 +56,19 @@ const PASS_FREE_SEGMENTS: u64 = 2;
 const DUE_OVER: (u64, u64) = (1, 2);
 /// ... and goes on until it holds no more than this over it. The band sits
 /// well below the foreground's wall at about twice the live data
-/// ([`Store::disk_budget`]): the cleaner, in its low-share queue, gets
-/// ahead before writes wait. (A band nearer the wall would copy less per
-/// segment freed, and have writes wait at the wall more often.)
-const WANTED_OVER: (u64, u64) = (1, 4);
+/// ([`Store::disk_budget`]): the cleaner, whose shares rise from the bottom
+/// of the band to the wall ([`Store::cleaner_shares`]), gets ahead before
+/// writes wait. (A band nearer the wall would copy less per segment freed,
+/// and have writes wait at the wall more often; a quarter over, the
+/// cleaner with its shares copied ~15 % more than a third over.)
+const WANTED_OVER: (u64, u64) = (1, 3);
 /// Segments more live than this are never worth cleaning.
 const MAX_VICTIM_USE: f64 = 0.95;
-/// Shares of the cleaner's task queue (foreground queues default to 1000).
+/// Shares of the cleaner's task queue while the log is within
+/// [`WANTED_OVER`] of the live data (foreground queues default to 1000).
 pub const CLEANER_SHARES: usize = 50;
+/// How often the executor asks [`CleanerShares`] for the cleaner's shares.
+const SHARES_PERIOD: Duration = Duration::from_micros(500);
 /// The cleaner's device reads: a read the page cache holds completes in
 /// the submitting thread (io_uring copies it inline), so it is one of the
 /// cleaner's slices, and a 4 MiB one held every foreground request on the
@@ -621,7 +626,7 @@ impl Store {
     pub fn spawn_cleaner(self: &Rc<Self>) -> glommio::task::JoinHandle<()> {
         self.cleaner_stop.set(false);
         self.cleaner_active.set(true);
-        let shares = glommio::Shares::Static(CLEANER_SHARES);
+        let shares = glommio::Shares::Dynamic(Rc::new(CleanerShares(Rc::downgrade(self))));
         let cleaner = self.spawn_background(shares, "store-cleaner", || {
             Rc::clone(self).run_cleaner(CLEANER_BACKOFF)
         });
@@ -633,10 +638,54 @@ impl Store {
         cleaner
     }
 
+    /// The cleaner's shares for its backlog: [`CLEANER_SHARES`] while the
+    /// log is within [`WANTED_OVER`] of the live data, rising linearly to
+    /// a foreground queue's 1000 at the [disk budget](Self::disk_budget),
+    /// and 1000 while a write waits there. (With fixed low shares a busy
+    /// foreground left the cleaner too little of the core, so it got its
+    /// time only by writes waiting at the budget: a stall of a whole pass
+    /// for about one write in a hundred.)
+    pub fn cleaner_shares(&self) -> usize {
+        if self.wall_waiters.get() > 0 {
+            return 1000;
+        }
+        let (low, high, used) = (
+            self.used_mark(WANTED_OVER),
+            self.disk_budget(),
+            self.log_used(),
+        );
+        if used <= low || high <= low {
+            return CLEANER_SHARES;
+        }
+        let over = (used - low).min(high - low) as f64 / (high - low) as f64;
+        CLEANER_SHARES + ((1000 - CLEANER_SHARES) as f64 * over) as usize
+    }
+
+    /// Is the log over [`WANTED_OVER`] of the live data?
+    pub(super) fn cleaner_behind(&self) -> bool {
+        self.log_used() > self.used_mark(WANTED_OVER)
+    }
+
     /// Asks a running cleaner to stop after its current pass.
     pub fn stop_cleaner(&self) {
         self.cleaner_stop.set(true);
         self.head_watch.wake_all();
+    }
+}
+
+/// The cleaner queue's shares, read by the executor every
+/// [`SHARES_PERIOD`] from [`Store::cleaner_shares`].
+struct CleanerShares(std::rc::Weak<Store>);
+
+impl glommio::SharesManager for CleanerShares {
+    fn shares(&self) -> usize {
+        self.0
+            .upgrade()
+            .map_or(CLEANER_SHARES, |s| s.cleaner_shares())
+    }
+
+    fn adjustment_period(&self) -> Duration {
+        SHARES_PERIOD
     }
 }
 
