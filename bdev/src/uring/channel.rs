@@ -145,9 +145,6 @@ impl UringChannel {
             opts.park,
             wakeup,
         )));
-        // The channel lives on a glommio executor (an xstream): its
-        // completions are reaped by a task there (see `ring.rs`).
-        glommio::spawn_local(Reaper(Rc::downgrade(&state))).detach();
         Ok(Self {
             name,
             state,
@@ -535,7 +532,12 @@ impl Future for UringOp<'_> {
             // Pushed: submitted now if the reaper runs, else by the reaper
             // in its next wait.
             if let Stage::InFlight { slot, .. } = this.stage {
-                state.park(slot, cx.waker());
+                if state.park(slot, cx.waker()) {
+                    // The channel lives on a glommio executor (an xstream):
+                    // its completions are reaped by a task there, in the
+                    // queue of the operation that found none reaping.
+                    glommio::spawn_local(Reaper(Rc::downgrade(&channel.state))).detach();
+                }
             }
             return Poll::Pending;
         }
