@@ -564,7 +564,8 @@ impl Drop for UringOp<'_> {
 impl Drop for UringChannel {
     fn drop(&mut self) {
         let mut state = self.state.borrow_mut();
-        state.close();
+        // A sleeping reaper would never see that the ring is gone.
+        state.wake_reaper();
         if !state.drain_blocking(DRAIN_LIMIT) {
             // The kernel may still write into these buffers: never free them.
             state.leak_in_flight();

@@ -98,8 +98,6 @@ pub(super) struct RingState {
     /// The reaper task's waker (from its last poll) and what it is doing.
     reaper: Option<Waker>,
     reaper_state: ReaperState,
-    /// The channel was dropped: the reaper ends.
-    closed: bool,
     /// Entries pushed and not yet submitted.
     pending_submit: bool,
     /// Slots in flight marked slow ([`RingState::mark_slow`]).
@@ -150,7 +148,6 @@ impl RingState {
             awaiting: 0,
             reaper: None,
             reaper_state: ReaperState::Absent,
-            closed: false,
             pending_submit: false,
             empty_waits: 0,
             slow_in_flight: 0,
@@ -282,13 +279,10 @@ impl RingState {
     /// work and reaps, waking the futures of what it reaped; after a reap
     /// it re-schedules itself (the futures it woke push their next entries
     /// meanwhile); finding nothing, it waits (see the module doc). With
-    /// nothing in flight, or once the channel is dropped, it is done.
+    /// nothing in flight it is done.
     pub(super) fn reaper_poll(&mut self, waker: &Waker) -> std::io::Result<Poll<()>> {
         if !self.reaper.as_ref().is_some_and(|w| w.will_wake(waker)) {
             self.reaper = Some(waker.clone());
-        }
-        if self.closed {
-            return Ok(Poll::Ready(()));
         }
         if self.awaiting == 0 {
             // Done: the next push spawns a reaper in its own task queue.
@@ -338,13 +332,9 @@ impl RingState {
         }
     }
 
-    /// The channel is being dropped: the reaper ends on its next poll.
-    pub(super) fn close(&mut self) {
-        self.closed = true;
-        self.wake_reaper();
-    }
-
-    fn wake_reaper(&mut self) {
+    /// Wakes the reaper, if one runs. (When the channel is dropped, the
+    /// woken reaper finds the ring gone and ends.)
+    pub(super) fn wake_reaper(&self) {
         if let Some(w) = &self.reaper {
             w.wake_by_ref();
         }
@@ -446,11 +436,12 @@ impl RingState {
 
     /// Parks the future of `slot` until its completion is reaped (`waker`
     /// is woken then). With no reaper, returns true: the caller spawns one,
-    /// which submits the entry in its first wait. If the reaper runs, the entry goes to the kernel now, as
-    /// fio does, rather than with the reaper's next wait: holding the
-    /// entries that a reap's woken futures push until the reaper ran again
-    /// cost a 4 KiB random read at QD32 ~8 % of its IOPS (the device queue
-    /// ran short by the entries held); and a sleeping reaper is woken.
+    /// which submits the entry in its first wait. If the reaper runs, the
+    /// entry goes to the kernel now, as fio does, rather than with the
+    /// reaper's next wait: holding the entries that a reap's woken futures
+    /// push until the reaper ran again cost a 4 KiB random read at QD32
+    /// ~8 % of its IOPS (the device queue ran short by the entries held);
+    /// and a sleeping reaper is woken.
     #[must_use = "true: the caller spawns a reaper"]
     pub(super) fn park(&mut self, slot: u32, waker: &Waker) -> bool {
         self.store_waker(slot, waker);

@@ -119,7 +119,7 @@ impl Store {
     /// from cleaning, and checkpointing, all the time.) A cleaning run,
     /// once [due](Self::cleaning_due), goes on while this holds.
     pub fn cleaning_wanted(&self) -> bool {
-        self.log_used() > self.used_mark(WANTED_OVER) || self.wall_waiters.get() > 0
+        self.cleaner_behind() || self.wall_waiters.get() > 0
     }
 
     /// Should the background cleaner start a cleaning run: is the log over
