@@ -21,7 +21,9 @@ use ferrite_client::client::onesided::{
 use ferrite_client::client::Result;
 use ferrite_client::fabric::shm::{memfd, ShmEndpoint, ShmMapping};
 use ferrite_client::fabric::{BatchRead, Endpoint};
-use ferrite_proto::bucket::{Bucket, Slot, BUCKET_BYTES, SLOTS_PER_BUCKET};
+use ferrite_proto::bucket::{
+    Bucket, Slot, BUCKET_BYTES, OFF_CRC as BUCKET_OFF_CRC, SLOTS_PER_BUCKET,
+};
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
     encode_pad, encode_record, record_len, RecordFlags, HEADER_BYTES, OFF_CRC, STATE_SUPERSEDED,
@@ -240,12 +242,21 @@ impl Store {
 }
 
 fn reader(endpoint: Box<dyn Endpoint>, regions: TargetRegions) -> OneSidedReader {
+    reader_caching(endpoint, regions, 64)
+}
+
+/// A reader with a bucket cache of `buckets` (0: none, as a shm client's).
+fn reader_caching(
+    endpoint: Box<dyn Endpoint>,
+    regions: TargetRegions,
+    buckets: usize,
+) -> OneSidedReader {
     let policy = RetryPolicy {
         budget: Duration::from_millis(50),
         max_attempts: 1000,
         absent_is_final: true,
     };
-    OneSidedReader::new(endpoint, vec![regions], 64, policy).unwrap()
+    OneSidedReader::new(endpoint, vec![regions], buckets, policy).unwrap()
 }
 
 fn desc(kind: RegionKind, id: u32, length: u64, param: u64) -> RegionDescriptor {
@@ -349,6 +360,53 @@ fn evicted_record_falls_back_and_corruption_never_returns_bytes() {
         "corrupt record gave {l:?}"
     );
     assert!(counters.snapshot().retries > 0);
+}
+
+#[test]
+fn a_bucket_that_fails_its_check_is_trusted_only_where_the_record_proves_itself() {
+    // One main bucket: every key is in it. No bucket cache, as a shm
+    // client has: every GET reads its bucket.
+    let (mut store, ep, regions) = Store::with_endpoint(1, 16, 1 << 16);
+    let reader = reader_caching(Box::new(ep), regions, 0);
+    let counters = Counters::default();
+    store.write(b"plain", b"value", RecordFlags::empty());
+    let tombstone = RecordFlags::empty().with(RecordFlags::TOMBSTONE);
+    store.write(b"gone", b"", tombstone);
+    store.write(
+        b"array",
+        b"extent bytes",
+        RecordFlags::empty().with(RecordFlags::EXTENT),
+    );
+    let mut out = Vec::new();
+    let array =
+        |out: &mut Vec<u8>| (reader.get_extent_into(&key(b"array"), 0, 6, out, &counters)).unwrap();
+    assert_eq!(array(&mut out), Lookup::Found { version: 1 });
+    assert_eq!(out, b"extent");
+    // The bucket as a copy that mixed two of its generations reads: its
+    // CRC no longer matches its bytes.
+    let mut torn = store.image[0];
+    torn.0[BUCKET_OFF_CRC] ^= 1;
+    store.publish_bucket(&torn, 0);
+    // A single value's record (or tombstone) proves itself: no retry.
+    let found = get(&reader, &counters, b"plain");
+    assert_eq!(found, (Lookup::Found { version: 1 }, b"value".to_vec()));
+    assert_eq!(get(&reader, &counters, b"gone").0, Lookup::Absent);
+    assert_eq!(counters.snapshot().retries, 0);
+    // Absence, and an array's bytes, rest on the bucket: never taken from
+    // one that fails its check.
+    let exhausted = Lookup::Fallback(FallbackReason::RetriesExhausted);
+    assert_eq!(get(&reader, &counters, b"missing").0, exhausted);
+    assert_eq!(array(&mut out), exhausted);
+    // A batch (prefetched loads) the same.
+    let keys = [key(b"plain"), key(b"gone"), key(b"missing")];
+    let mut outs = vec![Vec::new(); keys.len()];
+    let many = reader.get_many_into(&keys, &mut outs, &counters).unwrap();
+    let want = [Lookup::Found { version: 1 }, Lookup::Absent, exhausted];
+    assert_eq!(many, want);
+    assert_eq!(outs[0], b"value");
+    // The bucket whole again: absence is final.
+    store.publish_bucket(&store.image[0].clone(), 0);
+    assert_eq!(get(&reader, &counters, b"missing").0, Lookup::Absent);
 }
 
 #[test]

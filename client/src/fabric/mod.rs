@@ -42,8 +42,10 @@ pub struct DependentReads<'a> {
     pub pick: &'a mut PickSpan<'a>,
     /// The second read's bytes (resized to its length).
     pub out: &'a mut Vec<u8>,
-    /// Gets the first read's bytes while the second is in flight (or
-    /// before it).
+    /// Gets the first read's bytes while the second is in flight, from an
+    /// endpoint whose reads are round trips; one whose reads are copies
+    /// (the default [`Endpoint::read_dependent`]) does not call it, and the
+    /// caller checks the bytes itself when it needs them checked.
     pub meanwhile: &'a mut dyn FnMut(&[u8]),
 }
 
@@ -78,12 +80,13 @@ pub trait Endpoint: Send + Sync {
     /// `first.buf` at `first.offset` of `first.region`, then the span of
     /// `second` that `pick` chooses from those bytes into `out`. `pick`
     /// sees the first read's bytes unchecked and only chooses where to
-    /// read; `meanwhile` gets them (as now in `first.buf`) while the second
-    /// read is in flight, or before it: the caller checks them there before
-    /// it trusts either read. Returns whether the second read was made. The
-    /// default reads one after the other; an endpoint whose reads are round
+    /// read; `meanwhile` may get them (as now in `first.buf`) while the
+    /// second read is in flight, to check them there. Returns whether the
+    /// second read was made. The default reads one after the other and
+    /// leaves the checks to the caller; an endpoint whose reads are round
     /// trips posts the second read straight from the first's completion
-    /// (verbs: from its landing buffer, before the bytes are copied out).
+    /// (verbs: from its landing buffer, before the bytes are copied out)
+    /// and calls `meanwhile` while it is in flight.
     fn read_dependent(&self, reads: DependentReads<'_>) -> Result<bool> {
         read_in_turn(self, reads)
     }
@@ -143,7 +146,6 @@ pub(crate) fn read_in_turn<E: Endpoint + ?Sized>(ep: &E, r: DependentReads<'_>) 
     let len = r.first.buf.len();
     ep.read(r.first.region, r.first.offset, len, r.first.buf)?;
     let span = (r.pick)(r.first.buf);
-    (r.meanwhile)(r.first.buf);
     let Some((offset, len)) = span else {
         return Ok(false);
     };

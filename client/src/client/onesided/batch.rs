@@ -1,36 +1,58 @@
-//! Batches of one-sided GETs over an endpoint whose reads are round trips
-//! (verbs posts a list with one doorbell per queue pair; tcp sends them one
-//! after another). The main buckets the
-//! cache lacks go as one list of reads; the first candidate record of every
-//! key, whose address only its bucket gives, as a second. Each key is then
-//! checked exactly as a single GET checks its record; a key the batch did
-//! not settle (fingerprint collision, torn, moved or superseded record,
-//! overflow chain, stale cached bucket) goes through
-//! [`OneSidedReader::get_into`] with its retries and fallbacks.
+//! Batches of one-sided GETs. Every key's main bucket is fetched first,
+//! then the first candidate record of every key, whose address only its
+//! bucket gives; each key is then checked exactly as a single GET checks
+//! its record. A key the batch did not settle (fingerprint collision, torn,
+//! moved or superseded record, overflow chain, stale cached bucket) goes
+//! through [`OneSidedReader::get_into`] with its retries and fallbacks.
 //!
-//! A batch of N GETs whose buckets are cached costs one round trip instead
-//! of N; with cold buckets two instead of 2N.
+//! How the two steps fetch depends on the endpoint:
+//! - reads that are round trips (verbs posts a list with one doorbell per
+//!   queue pair; tcp sends them one after another): the main buckets the
+//!   cache lacks go as one list of reads, the records as a second. A batch
+//!   of N GETs whose buckets are cached costs one round trip instead of N;
+//!   with cold buckets two instead of 2N.
+//! - reads that are loads (shm): every main bucket is prefetched, then read;
+//!   every record is prefetched, then read, so that the loads of all keys
+//!   overlap. A bucket read so is not checked unless the key's outcome rests
+//!   on it (absent): a record that checks proves itself (see
+//!   `proven_by_record`).
 
 use ferrite_proto::bucket::{Bucket, Slot, BUCKET_BYTES};
 use ferrite_proto::key::RecordKey;
 
 use super::{check_record, record_span, Lookup, OneSidedReader, SlotCheck, TargetRegions};
 use crate::client::counters::{Counter, Counters};
-use crate::client::error::Result;
+use crate::client::error::{Error, Result};
 use crate::fabric::BatchRead;
 
 /// Target regions, main bucket index and fingerprint of a key.
 type Located<'a> = (&'a TargetRegions, u64, u32);
 
+/// A key's main bucket as the batch got it, and whether from the cache.
+type Main = Option<(Bucket, bool)>;
+
 impl OneSidedReader {
-    pub(super) fn get_many_batched(
+    /// Looks up many keys, overlapping their latency (see [`batch`](self)).
+    /// Same guarantees as [`get_into`](Self::get_into), key by key.
+    pub fn get_many_into(
         &self,
         keys: &[RecordKey<'_>],
         outs: &mut [Vec<u8>],
         counters: &Counters,
     ) -> Result<Vec<Lookup>> {
+        if keys.len() != outs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} keys but {} output buffers",
+                keys.len(),
+                outs.len()
+            )));
+        }
         let located: Vec<Located<'_>> = keys.iter().map(|k| self.locate(k)).collect();
-        let buckets = self.main_buckets(&located, counters)?;
+        let loads = self.endpoint.prefetches();
+        let buckets = match loads {
+            true => self.main_buckets_loaded(&located),
+            false => self.main_buckets(&located, counters)?,
+        };
         let slots: Vec<Option<Slot>> = (located.iter().zip(&buckets))
             .map(|(&(regions, _, fingerprint), b)| {
                 let (b, _) = b.as_ref()?;
@@ -39,28 +61,13 @@ impl OneSidedReader {
                     .filter(|s| record_span(regions, *s).is_some())
             })
             .collect();
-        read_records(self, &located, &slots, outs)?;
+        match loads {
+            true => load_records(self, &located, &slots, outs)?,
+            false => read_records(self, &located, &slots, outs)?,
+        }
         let mut lookups = Vec::with_capacity(keys.len());
         for (i, key) in keys.iter().enumerate() {
-            let (_, _, fingerprint) = located[i];
-            let settled = match (&buckets[i], slots[i]) {
-                (Some(_), Some(slot)) => match check_record(key, slot, None, &mut outs[i]) {
-                    SlotCheck::Value(version) => Some(Lookup::Found { version }),
-                    SlotCheck::Deleted => Some(Lookup::Absent),
-                    _ => None,
-                },
-                // A freshly read main bucket without the fingerprint and
-                // without an overflow chain: the key has no value.
-                (Some((b, false)), None)
-                    if self.policy.absent_is_final
-                        && b.matching(fingerprint).next().is_none()
-                        && b.next() == 0 =>
-                {
-                    Some(Lookup::Absent)
-                }
-                _ => None,
-            };
-            match settled {
+            match self.settle(key, located[i].2, &buckets[i], slots[i], &mut outs[i]) {
                 Some(l) => {
                     counters.add(Counter::OneSidedHit, 1);
                     lookups.push(l);
@@ -71,14 +78,60 @@ impl OneSidedReader {
         Ok(lookups)
     }
 
-    /// Every key's main bucket, from the cache or read in one list; `None`
-    /// where a read bucket failed its check. The flag says "from the cache".
-    fn main_buckets(
+    /// A key's outcome from its main bucket and its candidate record (in
+    /// `out`), when they settle it.
+    fn settle(
         &self,
-        located: &[Located<'_>],
-        counters: &Counters,
-    ) -> Result<Vec<Option<(Bucket, bool)>>> {
-        let mut out: Vec<Option<(Bucket, bool)>> = (located.iter())
+        key: &RecordKey<'_>,
+        fingerprint: u32,
+        main: &Main,
+        slot: Option<Slot>,
+        out: &mut Vec<u8>,
+    ) -> Option<Lookup> {
+        match (main, slot) {
+            (Some(_), Some(slot)) => match check_record(key, slot, None, out) {
+                SlotCheck::Value(version) => Some(Lookup::Found { version }),
+                SlotCheck::Deleted => Some(Lookup::Absent),
+                _ => None,
+            },
+            // A freshly read main bucket that checks, without the
+            // fingerprint and without an overflow chain: the key has no value.
+            (Some((b, false)), None)
+                if self.policy.absent_is_final
+                    && b.matching(fingerprint).next().is_none()
+                    && b.next() == 0
+                    && b.check().is_ok() =>
+            {
+                Some(Lookup::Absent)
+            }
+            _ => None,
+        }
+    }
+
+    /// Every key's main bucket, prefetched then loaded (shm), unchecked.
+    fn main_buckets_loaded(&self, located: &[Located<'_>]) -> Vec<Main> {
+        for &(regions, index, _) in located {
+            let offset = index * BUCKET_BYTES as u64;
+            self.endpoint
+                .prefetch(&regions.buckets, offset, BUCKET_BYTES);
+        }
+        (located.iter())
+            .map(|&(regions, index, _)| {
+                let mut b = Bucket([0; BUCKET_BYTES]);
+                let offset = index * BUCKET_BYTES as u64;
+                (self
+                    .endpoint
+                    .read(&regions.buckets, offset, BUCKET_BYTES, &mut b.0))
+                .ok()
+                .map(|()| (b, false))
+            })
+            .collect()
+    }
+
+    /// Every key's main bucket, from the cache or read in one list; `None`
+    /// where a read bucket failed its check (those that check are cached).
+    fn main_buckets(&self, located: &[Located<'_>], counters: &Counters) -> Result<Vec<Main>> {
+        let mut out: Vec<Main> = (located.iter())
             .map(|&(r, index, _)| self.cache.get(r.buckets.target, index).map(|b| (b, true)))
             .collect();
         counters.add(Counter::CacheHit, out.iter().flatten().count() as u64);
@@ -132,4 +185,29 @@ fn read_records(
         return Ok(());
     }
     reader.endpoint.read_many(&mut reads)
+}
+
+/// Loads the record of every key that has a candidate slot into its output
+/// buffer: all prefetched, then each read (shm).
+fn load_records(
+    reader: &OneSidedReader,
+    located: &[Located<'_>],
+    slots: &[Option<Slot>],
+    outs: &mut [Vec<u8>],
+) -> Result<()> {
+    let spans = || {
+        (located.iter().zip(slots)).map(|(&(regions, _, _), slot)| {
+            Some((regions, slot.and_then(|s| record_span(regions, s))?))
+        })
+    };
+    for (regions, (offset, len)) in spans().flatten() {
+        reader.endpoint.prefetch(&regions.log, offset, len);
+    }
+    for (span, out) in spans().zip(outs.iter_mut()) {
+        if let Some((regions, (offset, len))) = span {
+            out.resize(len, 0);
+            reader.endpoint.read(&regions.log, offset, len, out)?;
+        }
+    }
+    Ok(())
 }

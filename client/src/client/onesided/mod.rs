@@ -3,7 +3,9 @@
 //!
 //! Steps (see `DESIGN.md`, "How a request flows"):
 //! 1. hash the key → target, main bucket index, fingerprint;
-//! 2. take the bucket from the [`BucketCache`] or read it (checking its CRC);
+//! 2. take the bucket from the [`BucketCache`] or read it (its CRC is
+//!    checked before anything rests on it: absence, the chain, an array's
+//!    extent, a record on the device; a single value's record proves itself);
 //! 3. for each slot with the fingerprint, read the record at its remote
 //!    pointer and check magic, format, CRC, log address, container, object,
 //!    dkey and akey, the version's low bits, and the superseded bit;
@@ -202,56 +204,6 @@ impl OneSidedReader {
         )
     }
 
-    /// Looks up many keys, overlapping their latency. Over an endpoint
-    /// whose reads are loads (shm) every main bucket, then every record the
-    /// buckets point to, is prefetched before [`get_into`](Self::get_into)
-    /// runs on each (whose loads now hit the CPU cache); otherwise the main
-    /// buckets go as one list of reads and the records they point to as a
-    /// second (see [`batch`]; verbs posts a list with one doorbell). Same
-    /// guarantees as `get_into`, key by key.
-    pub fn get_many_into(
-        &self,
-        keys: &[RecordKey<'_>],
-        outs: &mut [Vec<u8>],
-        counters: &Counters,
-    ) -> Result<Vec<Lookup>> {
-        if keys.len() != outs.len() {
-            return Err(crate::client::error::Error::InvalidArgument(format!(
-                "{} keys but {} output buffers",
-                keys.len(),
-                outs.len()
-            )));
-        }
-        if !self.endpoint.prefetches() {
-            return self.get_many_batched(keys, outs, counters);
-        }
-        let located: Vec<_> = keys.iter().map(|k| self.locate(k)).collect();
-        for &(regions, index, _) in &located {
-            let offset = index * BUCKET_BYTES as u64;
-            self.endpoint
-                .prefetch(&regions.buckets, offset, BUCKET_BYTES);
-        }
-        for &(regions, index, fingerprint) in &located {
-            let mut b = Bucket([0; BUCKET_BYTES]);
-            let offset = index * BUCKET_BYTES as u64;
-            if self
-                .endpoint
-                .read(&regions.buckets, offset, BUCKET_BYTES, &mut b.0)
-                .is_ok()
-            {
-                for slot in b.matching(fingerprint) {
-                    let ring = regions.log.param;
-                    self.endpoint
-                        .prefetch(&regions.log, slot.addr % ring, slot.length as usize);
-                }
-            }
-        }
-        keys.iter()
-            .zip(outs.iter_mut())
-            .map(|(k, out)| self.get_into(k, out, counters))
-            .collect()
-    }
-
     /// Looks `key` up; on `Found` its value is in `out` (replacing what was
     /// there). Errors only when the endpoint itself fails.
     pub fn get_into(
@@ -349,9 +301,11 @@ impl OneSidedReader {
     /// A bucket of a target's chain: from the cache when allowed (checked),
     /// else read fresh together with the record its first slot with
     /// `fingerprint` points to (into `out`; [`Endpoint::read_dependent`]:
-    /// the record read is chosen from the bucket's bytes unchecked, and the
-    /// bucket is checked, and cached, while it is in flight). Nothing the
-    /// fresh bucket says is trusted before [`Fetched::valid`].
+    /// the record read is chosen from the bucket's bytes unchecked, and an
+    /// endpoint whose second read is a round trip checks and caches the
+    /// bucket while it is in flight). Nothing the fresh bucket says is
+    /// trusted before [`Fetched::valid`] says so, except what the record it
+    /// led to proves by itself (see [`proven_by_record`]).
     fn bucket(
         &self,
         regions: &TargetRegions,
@@ -367,13 +321,13 @@ impl OneSidedReader {
                 return Ok(Fetched {
                     bucket,
                     cached: true,
-                    valid: true,
+                    valid: Some(true),
                     first_read: false,
                 });
             }
         }
         let mut bucket = Bucket([0; BUCKET_BYTES]);
-        let mut valid = false;
+        let mut valid = None;
         let first = BatchRead {
             region: &regions.buckets,
             offset: index * BUCKET_BYTES as u64,
@@ -386,9 +340,11 @@ impl OneSidedReader {
             pick: &mut |bytes| first_span(regions, bytes, fingerprint, probe.key_bytes),
             out,
             meanwhile: &mut |bytes| {
-                valid = (bytes.try_into().ok().map(Bucket))
-                    .and_then(|b| checked_bucket(&self.cache, target, index, b))
-                    .is_some();
+                valid = Some(
+                    (bytes.try_into().ok().map(Bucket))
+                        .and_then(|b| checked_bucket(&self.cache, target, index, b))
+                        .is_some(),
+                );
             },
         })?;
         Ok(Fetched {
@@ -422,10 +378,11 @@ impl OneSidedReader {
         let mut index = main_index;
         let mut any_cached = false;
         for _ in 0..CHAIN_MAX {
-            let f = self.bucket(regions, index, probe, out, counters)?;
+            let mut f = self.bucket(regions, index, probe, out, counters)?;
             any_cached |= f.cached;
             let target = regions.buckets.target;
-            for (i, slot) in f.bucket.matching(fingerprint).enumerate() {
+            let bucket = f.bucket;
+            for (i, slot) in bucket.matching(fingerprint).enumerate() {
                 let log = &regions.log;
                 // A fresh bucket's first match was read with it (or has no
                 // span in the ring: stale, as check_read says).
@@ -437,7 +394,7 @@ impl OneSidedReader {
                         self.check_read(key, log, slot, range, keep_record, out)?
                     }
                 };
-                if !f.valid {
+                if !proven_by_record(&found, range) && !f.valid(&self.cache, target, index) {
                     return Ok(Pass::Retry(None));
                 }
                 let found = match (found, f.cached, regions.device) {
@@ -457,7 +414,7 @@ impl OneSidedReader {
                     return Ok(pass);
                 }
             }
-            if !f.valid {
+            if !f.valid(&self.cache, regions.buckets.target, index) {
                 return Ok(Pass::Retry(None));
             }
             match next_link(&f.bucket, bucket_count, any_cached, &self.policy) {
@@ -512,10 +469,29 @@ struct Fetched {
     bucket: Bucket,
     /// From the cache (checked when it was cached).
     cached: bool,
-    /// Its CRC checks (always, when cached).
-    valid: bool,
+    /// Whether its CRC checks (always, when cached); `None` until checked.
+    valid: Option<bool>,
     /// Read fresh, with the record of its first slot with the fingerprint.
     first_read: bool,
+}
+
+impl Fetched {
+    /// Whether the bucket's CRC checks: checked on the first call (and the
+    /// bucket then cached when it does).
+    fn valid(&mut self, cache: &BucketCache, target: u16, index: u64) -> bool {
+        let bucket = self.bucket;
+        *(self.valid).get_or_insert_with(|| checked_bucket(cache, target, index, bucket).is_some())
+    }
+}
+
+/// Whether `check` of a single value's record stands whatever the bucket
+/// that led to it: the record is the key's, whole (its CRC), and was not
+/// superseded when read, so it was the key's published value then; a torn
+/// bucket can only have led to it the way a stale cached one does. A value
+/// of an array (`range`) needs a slot of a bucket that checks: a newer
+/// extent does not mark the older ones it covers superseded.
+fn proven_by_record(check: &SlotCheck, range: Option<(u64, u32)>) -> bool {
+    range.is_none() && matches!(check, SlotCheck::Value(_) | SlotCheck::Deleted)
 }
 
 /// Where the record of the first slot with `fingerprint` of the bucket
