@@ -11,9 +11,10 @@
 //!   cache lacks go as one list of reads, the records as a second. A batch
 //!   of N GETs whose buckets are cached costs one round trip instead of N;
 //!   with cold buckets two instead of 2N.
-//! - reads that are loads (shm): every main bucket is prefetched, then read;
-//!   every record is prefetched, then read, so that the loads of all keys
-//!   overlap. A bucket read so is not checked unless the key's outcome rests
+//! - reads that are loads (shm): every main bucket is prefetched; then each
+//!   is read, and its candidate record prefetched at once (while the later
+//!   buckets are still on their way); then each record is read, so that the
+//!   loads of all keys overlap. A bucket read so is not checked unless the key's outcome rests
 //!   on it (absent): a record that checks proves itself (see
 //!   `proven_by_record`).
 
@@ -55,10 +56,7 @@ impl OneSidedReader {
         };
         let slots: Vec<Option<Slot>> = (located.iter().zip(&buckets))
             .map(|(&(regions, _, fingerprint), b)| {
-                let (b, _) = b.as_ref()?;
-                b.matching(fingerprint)
-                    .next()
-                    .filter(|s| record_span(regions, *s).is_some())
+                Some(candidate(regions, fingerprint, &b.as_ref()?.0)?.0)
             })
             .collect();
         match loads {
@@ -108,7 +106,9 @@ impl OneSidedReader {
         }
     }
 
-    /// Every key's main bucket, prefetched then loaded (shm), unchecked.
+    /// Every key's main bucket, prefetched then loaded (shm), unchecked;
+    /// the record of its candidate slot is prefetched as soon as it is
+    /// loaded, while the later buckets are still on their way.
     fn main_buckets_loaded(&self, located: &[Located<'_>]) -> Vec<Main> {
         for &(regions, index, _) in located {
             let offset = index * BUCKET_BYTES as u64;
@@ -116,14 +116,17 @@ impl OneSidedReader {
                 .prefetch(&regions.buckets, offset, BUCKET_BYTES);
         }
         (located.iter())
-            .map(|&(regions, index, _)| {
+            .map(|&(regions, index, fingerprint)| {
                 let mut b = Bucket([0; BUCKET_BYTES]);
                 let offset = index * BUCKET_BYTES as u64;
                 (self
                     .endpoint
                     .read(&regions.buckets, offset, BUCKET_BYTES, &mut b.0))
-                .ok()
-                .map(|()| (b, false))
+                .ok()?;
+                if let Some((_, (offset, len))) = candidate(regions, fingerprint, &b) {
+                    self.endpoint.prefetch(&regions.log, offset, len);
+                }
+                Some((b, false))
             })
             .collect()
     }
@@ -187,24 +190,27 @@ fn read_records(
     reader.endpoint.read_many(&mut reads)
 }
 
+/// The first slot of `bucket` with `fingerprint`, when it can point into
+/// the ring, and where its record lies there.
+fn candidate(
+    regions: &TargetRegions,
+    fingerprint: u32,
+    bucket: &Bucket,
+) -> Option<(Slot, (u64, usize))> {
+    let slot = bucket.matching(fingerprint).next()?;
+    Some((slot, record_span(regions, slot)?))
+}
+
 /// Loads the record of every key that has a candidate slot into its output
-/// buffer: all prefetched, then each read (shm).
+/// buffer (shm; prefetched as its bucket was loaded).
 fn load_records(
     reader: &OneSidedReader,
     located: &[Located<'_>],
     slots: &[Option<Slot>],
     outs: &mut [Vec<u8>],
 ) -> Result<()> {
-    let spans = || {
-        (located.iter().zip(slots)).map(|(&(regions, _, _), slot)| {
-            Some((regions, slot.and_then(|s| record_span(regions, s))?))
-        })
-    };
-    for (regions, (offset, len)) in spans().flatten() {
-        reader.endpoint.prefetch(&regions.log, offset, len);
-    }
-    for (span, out) in spans().zip(outs.iter_mut()) {
-        if let Some((regions, (offset, len))) = span {
+    for ((&(regions, _, _), slot), out) in located.iter().zip(slots).zip(outs.iter_mut()) {
+        if let Some((offset, len)) = slot.and_then(|s| record_span(regions, s)) {
             out.resize(len, 0);
             reader.endpoint.read(&regions.log, offset, len, out)?;
         }
