@@ -117,7 +117,8 @@ pub type BdevRef = Arc<dyn Bdev>;
 /// are in flight; further submissions wait (back-pressure).
 ///
 /// Contracts: a completed `write` is readable by any channel; it is durable
-/// only after a later `flush` completes. New space and unmapped ranges (where
+/// only after a later `flush` completes (a `write_durable`, when it
+/// completes). New space and unmapped ranges (where
 /// `Unmap` is supported) read as zero.
 pub trait Channel {
     fn block_size(&self) -> u32;
@@ -131,6 +132,18 @@ pub trait Channel {
     fn writev(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>>;
     /// Makes every completed write durable.
     fn flush(&self) -> IoFuture<'_, ()>;
+    /// A write that is durable when it completes, with every write
+    /// completed before it: `write`, then `flush`. A device that can carry
+    /// the flush with the write (io_uring's `RWF_DSYNC` on an O_DIRECT
+    /// file) does so, in one operation: the flush then starts in the kernel
+    /// as the write ends, with no round trip through the xstream.
+    fn write_durable(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
+        Box::pin(async move {
+            let buf = self.write(offset, buf).await?;
+            self.flush().await?;
+            Ok(buf)
+        })
+    }
     fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
     fn unmap(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
     /// Makes `[offset, offset + len)` allocated, its content unchanged:

@@ -54,6 +54,9 @@ enum Op {
     Write,
     /// A write through the O_DIRECT descriptor (`direct_from`).
     WriteDirect,
+    /// A write with `RWF_DSYNC` (durable when it completes), on a channel
+    /// whose writes all bypass the page cache.
+    WriteDurable,
     Flush,
     Fallocate {
         len: u64,
@@ -67,6 +70,7 @@ impl Op {
         match self {
             Op::Read => "read",
             Op::Write | Op::WriteDirect => "write",
+            Op::WriteDurable => "durable write",
             Op::Flush => "flush",
             Op::Fallocate { name, .. } => name,
         }
@@ -206,6 +210,12 @@ impl UringChannel {
         self.state.borrow().sleeps
     }
 
+    /// Flushes submitted (tests).
+    #[cfg(test)]
+    pub(super) fn flushes(&self) -> u64 {
+        self.state.borrow().flushes
+    }
+
     /// Times the reaper waited in the kernel (tests).
     #[cfg(test)]
     pub(super) fn kernel_waits(&self) -> u64 {
@@ -292,14 +302,22 @@ impl UringChannel {
                     on_fd!(|fd| opcode::Read::new(fd, ptr, len).offset(offset).build())
                 }
             }
-            (Op::Write | Op::WriteDirect, Payload::One(b)) => {
+            (Op::Write | Op::WriteDirect | Op::WriteDurable, Payload::One(b)) => {
                 let (ptr, len) = (b.as_ptr(), b.len() as u32);
+                let flags = match op {
+                    Op::WriteDurable => libc::RWF_DSYNC,
+                    _ => 0,
+                };
                 if self.fixed_bufs && self.pool.as_ref().is_some_and(|p| p.contains(ptr)) {
                     on_fd!(|fd| opcode::WriteFixed::new(fd, ptr, len, 0)
                         .offset(offset)
+                        .rw_flags(flags)
                         .build())
                 } else {
-                    on_fd!(|fd| opcode::Write::new(fd, ptr, len).offset(offset).build())
+                    on_fd!(|fd| opcode::Write::new(fd, ptr, len)
+                        .offset(offset)
+                        .rw_flags(flags)
+                        .build())
                 }
             }
             (Op::Read | Op::Write, Payload::Many(bufs)) => {
@@ -472,9 +490,10 @@ impl UringOp<'_> {
             state.broken = Some(e.to_string());
             return Poll::Ready(Err(self.channel.io_error(op, offset, e)));
         }
-        if matches!(op, Op::Flush | Op::Fallocate { .. }) {
+        if matches!(op, Op::Flush | Op::WriteDurable | Op::Fallocate { .. }) {
             state.mark_slow(slot);
         }
+        state.flushes += u64::from(matches!(op, Op::Flush));
         self.stage = Stage::InFlight { op, offset, slot };
         Poll::Pending
     }
@@ -500,7 +519,10 @@ impl UringOp<'_> {
             let e = std::io::Error::from_raw_os_error(-result);
             return Err(self.channel.io_error(op, offset, e));
         }
-        if matches!(op, Op::Read | Op::Write | Op::WriteDirect) && result as usize != self.expected
+        if matches!(
+            op,
+            Op::Read | Op::Write | Op::WriteDirect | Op::WriteDurable
+        ) && result as usize != self.expected
         {
             let e = std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
@@ -664,6 +686,25 @@ impl Channel for UringChannel {
     fn flush(&self) -> IoFuture<'_, ()> {
         Box::pin(async move { self.submit(Op::Flush, 0, Payload::None).await.map(|_| ()) })
     }
+    /// With every write O_DIRECT (`direct=1`), one write with `RWF_DSYNC`:
+    /// the kernel flushes the device cache as it ends (or writes with FUA),
+    /// which makes the writes completed before it durable too, as a flush
+    /// does. With a page cache in the way its sync would cover only its own
+    /// range, not the other dirty pages: there it writes, then flushes.
+    fn write_durable(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
+        Box::pin(async move {
+            if self.buffered {
+                let buf = self.write(offset, buf).await?;
+                self.flush().await?;
+                return Ok(buf);
+            }
+            self.check("write", offset, buf.len() as u64)?;
+            self.check_bufs(&[&buf])?;
+            one(self
+                .submit(Op::WriteDurable, offset, Payload::One(buf))
+                .await)
+        })
+    }
     fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()> {
         Box::pin(self.write_zeroes_impl(offset, len))
     }
@@ -685,7 +726,7 @@ impl Channel for UringChannel {
 #[cfg(test)]
 mod tests {
     use super::super::{UringBdev, UringOptions};
-    use crate::Bdev;
+    use crate::{Bdev, Channel};
     use futures::FutureExt;
 
     /// Which of the first `pages` pages of `path` are in the page cache.
@@ -712,6 +753,50 @@ mod tests {
         // SAFETY: unmapping what mmap returned.
         unsafe { libc::munmap(p, len) };
         v.iter().map(|b| b & 1 == 1).collect()
+    }
+
+    /// `write_durable` on a channel whose writes are all O_DIRECT is one
+    /// write with `RWF_DSYNC`, no flush; through the page cache it is a
+    /// write, then a flush (a sync of its range alone would leave the other
+    /// dirty pages out). Either way the bytes read back.
+    #[test]
+    fn a_durable_write_carries_its_flush_only_where_every_write_is_direct() {
+        for (direct, flushes) in [(true, 0), (false, 1)] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("dev");
+            let opts = UringOptions {
+                size: Some(1 << 20),
+                direct,
+                ..UringOptions::default()
+            };
+            let dev = UringBdev::open("durable", &path, &opts).unwrap();
+            glommio::LocalExecutorBuilder::default()
+                .spawn(move || async move {
+                    let ch = super::UringChannel::new(
+                        dev.name.clone(),
+                        dev.file.clone(),
+                        dev.direct_file.clone(),
+                        dev.block_size,
+                        dev.size_bytes,
+                        &dev.opts,
+                    )
+                    .unwrap();
+                    let mut b = ch.alloc(8192).unwrap();
+                    b.as_mut_slice().fill(7);
+                    ch.write_durable(4096, b).await.unwrap();
+                    assert_eq!(ch.flushes(), flushes, "direct={direct}");
+                    let back = ch.read(0, ch.alloc(16384).unwrap()).await.unwrap();
+                    let mut want = vec![0u8; 16384];
+                    want[4096..12288].fill(7);
+                    assert!(
+                        back.as_slice() == &want[..],
+                        "direct={direct}: read back differs"
+                    );
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        }
     }
 
     /// With `direct_from`, big writes bypass the page cache (their pages

@@ -28,13 +28,12 @@
 //! the xstream's other tasks run between waits (events of glommio's own
 //! rings, like a socket becoming readable, are seen after the wait). After
 //! [`KERNEL_WAITS`] such waits in a row found nothing (a slow device, a long
-//! flush), or at once when only flushes are in flight (their
-//! hundreds of µs outlast every short wait: waiting first cost a device-
-//! durability PUT ~15 % of its rate), the reaper sleeps without blocking
-//! the xstream: an eventfd
-//! registered with the ring is read through glommio's reactor (see
-//! `wakeup.rs`), so the xstream runs its other tasks or parks in glommio
-//! until the read completes. Off an xstream (a bare glommio executor) it
+//! flush), or at once when only flushes (and durable writes) are in
+//! flight (their hundreds of µs outlast every short wait: waiting first
+//! cost a device-durability PUT ~15 % of its rate), the reaper sleeps
+//! without blocking the xstream: an eventfd registered with the ring is
+//! read through glommio's reactor (see `wakeup.rs`), so the xstream runs
+//! its other tasks or parks in glommio until the read completes. Off an xstream (a bare glommio executor) it
 //! keeps waiting in the kernel.
 //!
 //! Measured on a loaded 2-core VM: a sleep on the eventfd costs ~10 system
@@ -114,6 +113,8 @@ pub(super) struct RingState {
     pub(super) sleeps: u64,
     /// Times the reaper waited in `io_uring_enter` (tests).
     pub(super) kernel_waits: u64,
+    /// Flushes pushed (tests).
+    pub(super) flushes: u64,
     /// Set after the ring itself failed; every later op fails with it.
     pub(super) broken: Option<String>,
 }
@@ -158,6 +159,7 @@ impl RingState {
             wakeup,
             sleeps: 0,
             kernel_waits: 0,
+            flushes: 0,
             broken: None,
         }
     }

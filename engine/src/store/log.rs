@@ -657,17 +657,23 @@ impl Store {
             (log.unwritten.clone(), log.pending.len(), log.head)
         };
         let appends = self.log.borrow().appends;
+        let device = self.config.durability == Durability::Device;
+        // A commit of one write carries its flush (Channel::write_durable).
+        let durable =
+            device && matches!(ranges[..], [(from, to)] if self.chunk_end(from, to) == to);
         // The ranges (the hot head's, the cold segment's) are written at
         // once: a commit waits for one device write, not one per range.
         let writes = ranges.iter().map(|&(from, to)| async move {
             let mut at = from;
             while at < to {
-                at = self.write_chunk(at, to).await?;
+                at = self.write_chunk(at, to, durable).await?;
             }
             Ok::<(), StoreError>(())
         });
         futures::future::try_join_all(writes).await?;
-        if self.config.durability == Durability::Device {
+        if durable {
+            self.note_flushed(appends);
+        } else if device {
             if let Err(e) = self.chan.flush().await {
                 self.set_poison(format!("log flush: {e}"));
                 return Err(self.device_error("flush", e));
@@ -691,16 +697,26 @@ impl Store {
         self.publish_first(covered)
     }
 
+    /// Where the write of [`Self::write_chunk`] from `at` stops, short of
+    /// `to`: at most `max_commit_bytes` from the block holding `at`, and
+    /// never past its segment.
+    fn chunk_end(&self, at: u64, to: u64) -> u64 {
+        let bs = u64::from(self.geo.block_size);
+        let seg_end = (at / self.geo.segment_bytes + 1) * self.geo.segment_bytes;
+        to.min(at / bs * bs + self.geo.max_commit_bytes)
+            .min(seg_end)
+    }
+
     /// Writes the log bytes from `at` (at most `max_commit_bytes`, up to
     /// `to`) with one write starting at the block holding `at`: the bytes
     /// before `at` in that block are rewritten as they were last written
     /// (a torn rewrite never damages durable records). Returns where it
-    /// stopped.
-    async fn write_chunk(&self, at: u64, to: u64) -> Result<u64> {
+    /// stopped. `durable`: the write is durable when it completes
+    /// ([`ferrite_bdev::Channel::write_durable`]).
+    async fn write_chunk(&self, at: u64, to: u64, durable: bool) -> Result<u64> {
         let bs = u64::from(self.geo.block_size);
         let start = at / bs * bs;
-        let seg_end = (at / self.geo.segment_bytes + 1) * self.geo.segment_bytes;
-        let end = to.min(start + self.geo.max_commit_bytes).min(seg_end);
+        let end = self.chunk_end(at, to);
         let len = (end - start).div_ceil(bs) * bs;
         let mut buf = self.commit_buffer(len as usize)?;
         {
@@ -743,7 +759,11 @@ impl Store {
         }
         let offset = self.geo.log_device_offset(start);
         self.wait_prepared(start).await;
-        let buf = match self.chan.write(offset, buf).await {
+        let write = match durable {
+            true => self.chan.write_durable(offset, buf),
+            false => self.chan.write(offset, buf),
+        };
+        let buf = match write.await {
             Ok(b) => b,
             Err(e) => {
                 self.set_poison(format!("log write at {offset}: {e}"));
