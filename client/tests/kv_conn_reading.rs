@@ -9,7 +9,7 @@ mod kv_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_client::client::{Client, ClientEventQueue, Key, Reply, Request};
+use ferrite_client::client::{Client, ClientEventQueue, ClientOptions, Key, Reply, Request};
 use kv_support::EngineProc;
 
 /// Operations per thread in the mixed test.
@@ -150,4 +150,83 @@ fn callers_blocked_on_a_dead_engine_get_an_error() {
             "{error}"
         );
     }
+}
+
+/// Pins this thread to `cpu`.
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and the call get a
+    // valid set of the size given.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            rc,
+            0,
+            "pinning to cpu {cpu}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Replies read by polling during `n` blocking PUTs, and in all.
+fn puts_polled(client: &Client, n: u32) -> (u64, u64) {
+    let before = client.counters();
+    for i in 0..n {
+        let key = Key::new(3, 3, format!("poll-{i}").as_bytes(), b"");
+        client.put(&key, &i.to_le_bytes()).unwrap();
+    }
+    let c = client.counters().since(&before);
+    (c.replies_read_polling, c.replies_read)
+}
+
+#[test]
+fn a_caller_polls_for_its_reply_only_off_the_engines_cpu() {
+    let allowed = ferrite_xstream::allowed_cores().unwrap();
+    let [engine_cpu, free_cpu, ..] = allowed[..] else {
+        eprintln!("skipped: needs two CPUs, this process may use {allowed:?}");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cores = engine_cpu.to_string();
+    let args = ["--cores", &cores, "--durability", "process"];
+    let engine = EngineProc::start_with(dir.path(), &args);
+    // A budget far over a PUT's round trip, so that a loaded machine does
+    // not make the caller sleep.
+    let polling = ClientOptions {
+        reply_spin: Duration::from_millis(5),
+        ..ClientOptions::default()
+    };
+    for url in [&engine.unix, &engine.tcp] {
+        let client = Client::connect_with(url, polling.clone()).unwrap();
+        assert_eq!(
+            client.targets()[0].core,
+            Some(engine_cpu as u16),
+            "the Welcome names it"
+        );
+        // On a CPU of its own the caller polls: the engine answers within
+        // the budget nearly every time (a turn slower still is slept through).
+        pin_to(free_cpu);
+        let (polled, all) = puts_polled(&client, 200);
+        assert!(
+            all >= 200 && polled >= all / 2,
+            "{url}: {polled} of {all} polled"
+        );
+        // On the engine's CPU it sleeps at once: the reply is made there.
+        pin_to(engine_cpu);
+        let (polled, all) = puts_polled(&client, 50);
+        assert_eq!(
+            (polled, all >= 50),
+            (0, true),
+            "{url}: polled on the engine's CPU"
+        );
+    }
+    // Polling turned off: sleeps everywhere.
+    pin_to(free_cpu);
+    let opts = ClientOptions {
+        reply_spin: Duration::ZERO,
+        ..ClientOptions::default()
+    };
+    let client = Client::connect_with(&engine.unix, opts).unwrap();
+    assert_eq!(puts_polled(&client, 50).0, 0);
 }

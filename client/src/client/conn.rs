@@ -20,6 +20,7 @@ use rand::RngCore;
 
 use crate::client::error::{Error, Result};
 use crate::client::reader::{fail_all, lock, Shared};
+use crate::client::spin::{process_cpus, SpinPolicy};
 use crate::client::url::EngineUrl;
 use crate::client::waiter::{Answer, ReplyFuture, Sink, Waiter};
 use crate::fabric::shm::{recv_with_fds, send_with_fds};
@@ -92,6 +93,9 @@ pub struct ConnectOptions {
     /// [`super::bulk`]) with the Login (Unix socket only); the caller keeps
     /// the fd open until the handshake returned.
     pub bulk_fd: Option<RawFd>,
+    /// How long a caller blocked on its reply polls the socket before it
+    /// sleeps, where it may ([`super::spin`]); zero: it sleeps at once.
+    pub reply_spin: Duration,
 }
 
 /// What the handshake returned.
@@ -130,7 +134,9 @@ impl Connection {
         let mut stream = Stream::open(url)?;
         let session = handshake(&mut stream, url, opts)?;
         let reader = stream.try_clone().map_err(|e| Error::connect(url, e))?;
-        let shared = Shared::start(url.to_string(), reader, timeout)
+        let targets = &session.welcome.targets;
+        let spin = SpinPolicy::new(opts.reply_spin, targets, url.is_loopback(), &process_cpus());
+        let shared = Shared::start(url.to_string(), reader, timeout, spin)
             .map_err(|e| Error::io("spawn connection reader", e))?;
         let conn = Self {
             shared,
@@ -150,8 +156,8 @@ impl Connection {
     }
 
     /// Replies read on this connection by the callers waiting for them,
-    /// and in all.
-    pub fn replies_read(&self) -> (u64, u64) {
+    /// by callers polling for them (a subset of those), and in all.
+    pub fn replies_read(&self) -> (u64, u64, u64) {
         self.shared.replies_read()
     }
 

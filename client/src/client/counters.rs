@@ -59,6 +59,9 @@ pub struct CounterSnapshot {
     /// them (one wake-up per round trip), of all replies read (the rest by
     /// the connection's reader thread, see `client::reader`).
     pub replies_read_by_caller: u64,
+    /// Of those, replies the caller got by polling the socket rather than
+    /// sleeping for them (`client::spin`).
+    pub replies_read_polling: u64,
     /// RPC replies read (frames delivered) on this client's connections.
     pub replies_read: u64,
 }
@@ -86,6 +89,7 @@ impl CounterSnapshot {
             listed_reads: self.listed_reads - earlier.listed_reads,
             extent_lists: self.extent_lists - earlier.extent_lists,
             replies_read_by_caller: self.replies_read_by_caller - earlier.replies_read_by_caller,
+            replies_read_polling: self.replies_read_polling - earlier.replies_read_polling,
             replies_read: self.replies_read - earlier.replies_read,
         }
     }

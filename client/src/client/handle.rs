@@ -50,6 +50,12 @@ pub struct ClientOptions {
     /// `FERRITE_BULK_SLOTS` environment variable if set (0 turns the bulk
     /// path off, for A/B runs), else `BULK_SLOTS_DEFAULT`.
     pub bulk_slots: usize,
+    /// How long a caller blocked on its reply polls the socket before it
+    /// sleeps, on a CPU none of a local engine's xstreams uses
+    /// ([`super::spin`]). Default: the `FERRITE_REPLY_SPIN_US` environment
+    /// variable if set (0 turns polling off, for A/B runs), else
+    /// [`super::DEFAULT_REPLY_SPIN`].
+    pub reply_spin: Duration,
 }
 
 impl Default for ClientOptions {
@@ -65,6 +71,10 @@ impl Default for ClientOptions {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(crate::client::bulk::BULK_SLOTS_DEFAULT),
+            reply_spin: std::env::var("FERRITE_REPLY_SPIN_US")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(super::DEFAULT_REPLY_SPIN, Duration::from_micros),
         }
     }
 }
@@ -182,6 +192,7 @@ impl Client {
             token: opts.token.clone(),
             want_shm: opts.one_sided && is_loopback_shm(&url),
             bulk_fd: area.as_ref().map(|a| a.raw_fd()),
+            reply_spin: opts.reply_spin,
         };
         let (first, session) = Connection::open(&url, &first_opts, opts.request_timeout)?;
         let mut bulk_everywhere = session.bulk_mapped;
@@ -269,8 +280,9 @@ impl Client {
     pub fn counters(&self) -> CounterSnapshot {
         let mut snapshot = self.counters.snapshot();
         for conn in &self.conns {
-            let (by_caller, all) = conn.replies_read();
+            let (by_caller, polling, all) = conn.replies_read();
             snapshot.replies_read_by_caller += by_caller;
+            snapshot.replies_read_polling += polling;
             snapshot.replies_read += all;
         }
         snapshot

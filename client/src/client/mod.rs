@@ -32,6 +32,7 @@ pub mod handle;
 pub mod onesided;
 pub(crate) mod reader;
 pub(crate) mod reply;
+pub(crate) mod spin;
 pub mod url;
 pub mod waiter;
 
@@ -41,5 +42,6 @@ pub use error::{Error, Result};
 pub use ferrite_proto::rpc::{Found, Key, PunchScope, Reply, Request, Verified};
 pub use handle::{Client, ClientOptions, EngineStat};
 pub use onesided::RetryPolicy;
+pub use spin::DEFAULT_REPLY_SPIN;
 pub use url::EngineUrl;
 pub use waiter::{Answer, ReplyFuture};

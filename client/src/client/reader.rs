@@ -19,6 +19,10 @@
 //! check go through one lock, so a request registered just as the thread
 //! stops reading still wakes it.
 //!
+//! Before it sleeps for its reply, such a caller polls the socket for a
+//! while where that is allowed ([`super::spin`]); the background reader
+//! always sleeps.
+//!
 //! Lock order: `wake`, then `pending`; `side` is taken before either and
 //! never while holding them.
 
@@ -32,6 +36,7 @@ use ferrite_proto::rpc::{self, Reply};
 
 use crate::client::conn::{Stream, MAX_REPLY_BODY_BYTES};
 use crate::client::error::Error;
+use crate::client::spin::SpinPolicy;
 use crate::client::waiter::{Answer, Sink, Waiter};
 
 /// Bytes asked of the socket per read.
@@ -72,12 +77,16 @@ pub(crate) struct Shared {
     pub(crate) dead: AtomicBool,
     /// How long a caller waits for a reply.
     pub(crate) timeout: Duration,
+    /// Where and how long a caller reading for its reply polls.
+    spin: SpinPolicy,
     side: Mutex<ReadSide>,
     wake: Mutex<Wake>,
     wake_cv: Condvar,
     /// Frames delivered by callers reading for their own reply, and in all.
     read_by_caller: AtomicU64,
     read_all: AtomicU64,
+    /// Frames whose last bytes a caller got by polling (see [`super::spin`]).
+    read_polling: AtomicU64,
 }
 
 /// Result of one read step.
@@ -99,12 +108,14 @@ impl Shared {
         url: String,
         reader: Stream,
         timeout: Duration,
+        spin: SpinPolicy,
     ) -> std::io::Result<Arc<Self>> {
         let shared = Arc::new(Self {
             url,
             pending: Mutex::new(Pending::default()),
             dead: AtomicBool::new(false),
             timeout,
+            spin,
             side: Mutex::new(ReadSide {
                 stream: reader,
                 buf: Vec::with_capacity(READ_CHUNK_BYTES),
@@ -114,6 +125,7 @@ impl Shared {
             wake_cv: Condvar::new(),
             read_by_caller: AtomicU64::new(0),
             read_all: AtomicU64::new(0),
+            read_polling: AtomicU64::new(0),
         });
         let background = shared.clone();
         std::thread::Builder::new()
@@ -132,10 +144,12 @@ impl Shared {
         }
     }
 
-    /// Replies read by callers waiting for their own, and in all.
-    pub(crate) fn replies_read(&self) -> (u64, u64) {
+    /// Replies read by callers waiting for their own, by callers polling
+    /// (a subset), and in all.
+    pub(crate) fn replies_read(&self) -> (u64, u64, u64) {
         (
             self.read_by_caller.load(Ordering::Relaxed),
+            self.read_polling.load(Ordering::Relaxed),
             self.read_all.load(Ordering::Relaxed),
         )
     }
@@ -174,11 +188,13 @@ impl Shared {
                     return waiter.wait_until(deadline);
                 }
             };
+            let polling = self.spin.begin();
+            let spin = polling.as_ref().map(|p| p.budget);
             let outcome = loop {
                 if waiter.is_answered() {
                     break Ok(());
                 }
-                match self.step(&mut side, Some(deadline)) {
+                match self.step(&mut side, Some(deadline), spin) {
                     Ok(Step::Delivered) => {
                         self.read_by_caller.fetch_add(1, Ordering::Relaxed);
                     }
@@ -186,6 +202,7 @@ impl Shared {
                     Err(detail) => break Err(detail),
                 }
             };
+            drop(polling);
             match outcome {
                 Ok(()) => {
                     drop(side);
@@ -236,7 +253,7 @@ impl Shared {
                         break;
                     }
                 }
-                if let Err(detail) = self.step(&mut side, None) {
+                if let Err(detail) = self.step(&mut side, None, None) {
                     self.broken(&mut side, &detail);
                     return;
                 }
@@ -252,14 +269,24 @@ impl Shared {
         self.close();
     }
 
-    /// Reads one whole frame (waiting at most until `deadline`) and delivers
-    /// it to its sink; `Err` when the connection is gone or broke the
-    /// protocol.
-    fn step(&self, side: &mut ReadSide, deadline: Option<Instant>) -> Result<Step, String> {
+    /// Reads one whole frame (waiting at most until `deadline`, polling the
+    /// socket for up to `spin` first) and delivers it to its sink; `Err`
+    /// when the connection is gone or broke the protocol.
+    fn step(
+        &self,
+        side: &mut ReadSide,
+        deadline: Option<Instant>,
+        spin: Option<Duration>,
+    ) -> Result<Step, String> {
         let ReadSide { stream, buf, chunk } = side;
-        let Some((header, body)) = next_frame(stream, buf, chunk, deadline)? else {
+        let mut polled = false;
+        let frame = next_frame(stream, buf, chunk, deadline, spin.map(|s| (s, &mut polled)))?;
+        let Some((header, body)) = frame else {
             return Ok(Step::TimedOut);
         };
+        if polled {
+            self.read_polling.fetch_add(1, Ordering::Relaxed);
+        }
         let answer = rpc::decode_reply(&header, &body).map_err(|e| Error::Protocol {
             url: self.url.clone(),
             detail: e.to_string(),
@@ -303,12 +330,16 @@ pub(crate) fn fail_all(shared: &Shared, detail: &str) {
 
 /// Reads until one whole frame is buffered: `Ok(None)` when `deadline`
 /// passed first; a clean end of stream is an error (replies were owed).
+/// Before it first sleeps for bytes, it polls for them for up to `spin`'s
+/// budget, and sets its flag when polling got some.
 fn next_frame(
     stream: &mut Stream,
     buf: &mut Vec<u8>,
     chunk: &mut [u8],
     deadline: Option<Instant>,
+    mut spin: Option<(Duration, &mut bool)>,
 ) -> Result<Option<(rpc::FrameHeader, Vec<u8>)>, String> {
+    let mut spin_until = None;
     loop {
         match rpc::split_frame(buf, MAX_REPLY_BODY_BYTES) {
             Err(e) => return Err(format!("bad frame from engine: {e}")),
@@ -327,6 +358,19 @@ fn next_frame(
             }
             Ok(_) => {}
         }
+        if let Some((budget, polled)) = spin.as_mut() {
+            let until = *spin_until.get_or_insert_with(|| Instant::now() + *budget);
+            match read_polling(stream.as_raw_fd(), chunk, until)? {
+                Some(0) if buf.is_empty() => return Err("engine closed the connection".into()),
+                Some(0) => return Err("engine closed the connection mid-frame".into()),
+                Some(n) => {
+                    **polled = true;
+                    buf.extend_from_slice(&chunk[..n]);
+                    continue;
+                }
+                None => {}
+            }
+        }
         if let Some(deadline) = deadline {
             if !readable_by(stream.as_raw_fd(), deadline)? {
                 return Ok(None);
@@ -338,6 +382,26 @@ fn next_frame(
             n => buf.extend_from_slice(&chunk[..n]),
         }
     }
+}
+
+/// Reads from `fd` without sleeping, trying until bytes come or `until`
+/// passes (`None`); `Some(0)` at the end of the stream.
+fn read_polling(fd: RawFd, into: &mut [u8], until: Instant) -> Result<Option<usize>, String> {
+    while Instant::now() < until {
+        // SAFETY: `into` is valid for writes of its length during the call.
+        let n = unsafe { libc::recv(fd, into.as_mut_ptr().cast(), into.len(), libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = std::io::Error::last_os_error();
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => {
+                std::hint::spin_loop()
+            }
+            _ => return Err(format!("read failed: {e}")),
+        }
+    }
+    Ok(None)
 }
 
 /// Waits until `fd` is readable (or closed) or `deadline` passes (`false`).

@@ -230,6 +230,7 @@ impl Engine {
                 target: i as u16,
                 xstream: i as u16,
                 state: 0,
+                core: u16::try_from(set.cores()[i]).ok(),
             })
             .collect();
         let shared = Arc::new(Shared {

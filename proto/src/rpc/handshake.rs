@@ -155,11 +155,18 @@ pub struct Login {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TargetInfo {
     pub target: u16,
-    /// The xstream (and so the CPU) serving the target.
+    /// The xstream serving the target.
     pub xstream: u16,
     /// 0 = serving, 1 = read-only (poisoned after a device error).
     pub state: u8,
+    /// The CPU that xstream is pinned to, when the engine says (engines
+    /// before this field send none). A client on the engine's host keeps
+    /// its busy-polling off these CPUs.
+    pub core: Option<u16>,
 }
+
+/// [`TargetInfo`] flag byte: `core` is set.
+const TARGET_CORE_SET: u8 = 1;
 
 /// Reply to Login: the engine's layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,7 +198,8 @@ impl Welcome {
             out.put_u16(t.target);
             out.put_u16(t.xstream);
             out.put_u8(t.state);
-            out.put_bytes(&[0; 3]);
+            out.put_u8(if t.core.is_some() { TARGET_CORE_SET } else { 0 });
+            out.put_u16(t.core.unwrap_or(0));
         }
         for d in &self.regions {
             out.put_bytes(&d.encode());
@@ -213,13 +221,14 @@ impl Welcome {
         let server_proof = r.array()?;
         let mut targets = Vec::with_capacity(target_count);
         for _ in 0..target_count {
-            let t = TargetInfo {
-                target: r.u16()?,
-                xstream: r.u16()?,
-                state: r.u8()?,
-            };
-            let _reserved = r.bytes(3)?;
-            targets.push(t);
+            let (target, xstream, state) = (r.u16()?, r.u16()?, r.u8()?);
+            let (flags, core) = (r.u8()?, r.u16()?);
+            targets.push(TargetInfo {
+                target,
+                xstream,
+                state,
+                core: (flags & TARGET_CORE_SET != 0).then_some(core),
+            });
         }
         let mut regions = Vec::with_capacity(region_count);
         for _ in 0..region_count {

@@ -196,6 +196,7 @@ fn welcome() -> impl Strategy<Value = Reply> {
                     target: t,
                     xstream: t,
                     state: 0,
+                    core: (t % 3 != 0).then_some(t / 2),
                 })
                 .collect(),
             regions,
