@@ -385,7 +385,10 @@ fn next_frame(
 }
 
 /// Reads from `fd` without sleeping, trying until bytes come or `until`
-/// passes (`None`); `Some(0)` at the end of the stream.
+/// passes (`None`); `Some(0)` at the end of the stream. Between tries it
+/// yields the CPU to whatever else may run there: the kernel work that
+/// completes a device write is often queued on this CPU, and a poller
+/// that held it would make the reply wait for itself.
 fn read_polling(fd: RawFd, into: &mut [u8], until: Instant) -> Result<Option<usize>, String> {
     while Instant::now() < until {
         // SAFETY: `into` is valid for writes of its length during the call.
@@ -395,9 +398,11 @@ fn read_polling(fd: RawFd, into: &mut [u8], until: Instant) -> Result<Option<usi
         }
         let e = std::io::Error::last_os_error();
         match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => {
-                std::hint::spin_loop()
+            std::io::ErrorKind::WouldBlock => {
+                // SAFETY: no arguments.
+                unsafe { libc::sched_yield() };
             }
+            std::io::ErrorKind::Interrupted => {}
             _ => return Err(format!("read failed: {e}")),
         }
     }

@@ -8,8 +8,11 @@
 //! together about a third of a 16-request PUT batch's round trip over a Unix
 //! socket. The engine's xstreams poll the same way before they park.
 //!
-//! Polling burns the CPU it runs on, so a caller polls only where that takes
-//! nothing from the engine or from other pollers:
+//! Polling burns the CPU it runs on, so the poller yields it between tries
+//! (whatever else is runnable there goes first: other threads, and the
+//! kernel workers that complete a device write, which polling without
+//! yielding held up so that durable PUTs ran at half speed), and a caller
+//! polls only where that takes nothing from the engine or other pollers:
 //! - never on a CPU one of the engine's xstreams is pinned to, when the
 //!   engine is on this host (a Unix socket, or TCP to a loopback address):
 //!   the Welcome names those CPUs ([`TargetInfo::core`]). A caller there
@@ -28,9 +31,9 @@ use std::time::Duration;
 
 use ferrite_proto::rpc::TargetInfo;
 
-/// Default of [`super::ClientOptions::reply_spin`]: about half a pipelined
-/// batch's round trip on one host.
-pub const DEFAULT_REPLY_SPIN: Duration = Duration::from_micros(50);
+/// Default of [`super::ClientOptions::reply_spin`]: a little over a
+/// device-durable write's round trip on one host.
+pub const DEFAULT_REPLY_SPIN: Duration = Duration::from_micros(500);
 
 /// Callers of this process polling a socket right now.
 static POLLING: AtomicUsize = AtomicUsize::new(0);
