@@ -120,6 +120,19 @@ pub type BdevRef = Arc<dyn Bdev>;
 /// only after a later `flush` completes (a `write_durable`, when it
 /// completes). New space and unmapped ranges (where
 /// `Unmap` is supported) read as zero.
+/// [`Channel::write_durable`] done as a `write`, then a `flush`.
+pub fn write_then_flush<C: Channel + ?Sized>(
+    ch: &C,
+    offset: u64,
+    buf: IoBuf,
+) -> IoFuture<'_, IoBuf> {
+    Box::pin(async move {
+        let buf = ch.write(offset, buf).await?;
+        ch.flush().await?;
+        Ok(buf)
+    })
+}
+
 pub trait Channel {
     fn block_size(&self) -> u32;
     /// A DMA-aligned buffer of `len` bytes (a multiple of the block size).
@@ -138,11 +151,7 @@ pub trait Channel {
     /// file) does so, in one operation: the flush then starts in the kernel
     /// as the write ends, with no round trip through the xstream.
     fn write_durable(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
-        Box::pin(async move {
-            let buf = self.write(offset, buf).await?;
-            self.flush().await?;
-            Ok(buf)
-        })
+        write_then_flush(self, offset, buf)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
     fn unmap(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;

@@ -9,13 +9,26 @@ pub const MIN_IO_MEMORY_BYTES: usize = 1 << 20;
 /// rings of glommio's default depth, rounded up generously).
 pub const RING_OVERHEAD_BYTES: usize = 256 << 10;
 
-/// Cores this process may run on (its affinity mask), ascending.
+/// Cores this process may run on (the calling thread's affinity mask),
+/// ascending.
 pub fn allowed_cores() -> Result<Vec<usize>> {
+    affinity_of(0)
+}
+
+/// Cores the process's main thread may run on, ascending: what the
+/// process may use, however a calling thread has pinned itself.
+pub fn process_cores() -> Result<Vec<usize>> {
+    // SAFETY: no arguments.
+    affinity_of(unsafe { libc::getpid() })
+}
+
+/// The affinity mask of thread `tid` (0: the calling thread), ascending.
+fn affinity_of(tid: libc::pid_t) -> Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this thread, the size and pointer describe `set`.
+    // SAFETY: the size and pointer describe `set`.
     let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         let reason = format!("sched_getaffinity: {}", std::io::Error::last_os_error());
         return Err(Error::InvalidCoreList {

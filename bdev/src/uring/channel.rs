@@ -692,12 +692,10 @@ impl Channel for UringChannel {
     /// does. With a page cache in the way its sync would cover only its own
     /// range, not the other dirty pages: there it writes, then flushes.
     fn write_durable(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
+        if self.buffered {
+            return crate::write_then_flush(self, offset, buf);
+        }
         Box::pin(async move {
-            if self.buffered {
-                let buf = self.write(offset, buf).await?;
-                self.flush().await?;
-                return Ok(buf);
-            }
             self.check("write", offset, buf.len() as u64)?;
             self.check_bufs(&[&buf])?;
             one(self

@@ -33,8 +33,8 @@
 //! cost a device-durability PUT ~15 % of its rate), the reaper sleeps
 //! without blocking the xstream: an eventfd registered with the ring is
 //! read through glommio's reactor (see `wakeup.rs`), so the xstream runs
-//! its other tasks or parks in glommio until the read completes. Off an xstream (a bare glommio executor) it
-//! keeps waiting in the kernel.
+//! its other tasks or parks in glommio until the read completes. Off an
+//! xstream (a bare glommio executor) it keeps waiting in the kernel.
 //!
 //! Measured on a loaded 2-core VM: a sleep on the eventfd costs ~10 system
 //! calls in glommio's park and wake (its own rings, a membarrier). With the

@@ -20,7 +20,7 @@ use rand::RngCore;
 
 use crate::client::error::{Error, Result};
 use crate::client::reader::{fail_all, lock, Shared};
-use crate::client::spin::{process_cpus, SpinPolicy};
+use crate::client::spin::SpinPolicy;
 use crate::client::url::EngineUrl;
 use crate::client::waiter::{Answer, ReplyFuture, Sink, Waiter};
 use crate::fabric::shm::{recv_with_fds, send_with_fds};
@@ -135,7 +135,8 @@ impl Connection {
         let session = handshake(&mut stream, url, opts)?;
         let reader = stream.try_clone().map_err(|e| Error::connect(url, e))?;
         let targets = &session.welcome.targets;
-        let spin = SpinPolicy::new(opts.reply_spin, targets, url.is_loopback(), &process_cpus());
+        let cpus = ferrite_xstream::process_cores().unwrap_or_default();
+        let spin = SpinPolicy::new(opts.reply_spin, targets, url.is_loopback(), &cpus);
         let shared = Shared::start(url.to_string(), reader, timeout, spin)
             .map_err(|e| Error::io("spawn connection reader", e))?;
         let conn = Self {

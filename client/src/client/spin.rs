@@ -39,7 +39,7 @@ pub const DEFAULT_REPLY_SPIN: Duration = Duration::from_micros(500);
 static POLLING: AtomicUsize = AtomicUsize::new(0);
 
 /// Where and how long a connection's callers may poll for their replies.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub(crate) struct SpinPolicy {
     budget: Duration,
     /// CPUs of the engine's xstreams on this host: never polled on.
@@ -92,28 +92,6 @@ impl SpinPolicy {
             budget: self.budget,
         })
     }
-}
-
-/// The CPUs this process may run on: its main thread's affinity (a thread
-/// that pinned itself does not narrow it); empty when unknown.
-pub(crate) fn process_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; zeroed is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the pid is ours; the size and pointer describe `set`.
-    let rc = unsafe {
-        libc::sched_getaffinity(
-            libc::getpid(),
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &mut set,
-        )
-    };
-    if rc != 0 {
-        return Vec::new();
-    }
-    // SAFETY: `set` is initialised; CPU_ISSET reads it.
-    (0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
 }
 
 /// A caller's place among the pollers (see [`SpinPolicy::begin`]).
