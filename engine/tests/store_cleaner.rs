@@ -6,6 +6,7 @@
 
 use ferrite_engine::store::{Store, StoreConfig, StoreStats};
 use ferrite_proto::key::RecordKey;
+use ferrite_proto::record::record_len;
 use std::cell::Cell;
 use std::rc::Rc;
 
@@ -221,6 +222,36 @@ fn a_cleaning_pass_commits_its_copies_together() {
             "{commits} commits for {} copies",
             report.records_copied
         );
+        check_cold_fourths(&s).await;
+    });
+}
+
+/// A group commit carries about `cleaner_commit_bytes` of the cleaner's
+/// copies at most: past it the cleaner waits for a commit before it
+/// appends more, so a foreground write that joins a commit waits for a
+/// bounded write of copies beside its own. (Before, the copies a pass made
+/// between two commits all went with the next, up to a pass's worth.)
+#[test]
+fn a_commit_carries_a_bounded_share_of_the_cleaners_copies() {
+    const CAP: u64 = 16 << 10;
+    let config = StoreConfig {
+        cleaner_commit_bytes: CAP,
+        ..cfg()
+    };
+    on_fresh_store_with(config, |s| async move {
+        put_cold_fourths(&s).await;
+        let before = s.stats().commits;
+        let report = s.clean().await.unwrap();
+        let st = s.stats();
+        println!("{report:?}: {} commits", st.commits - before);
+        assert!(report.bytes_copied > 4 * CAP, "{report:?}");
+        let record = record_len(&RecordKey::new(1, 1, b"d", &key_of(0)), 1500) as u64;
+        assert!(
+            st.commit_cold_bytes_max >= CAP && st.commit_cold_bytes_max < CAP + record,
+            "a commit carried {} B of copies",
+            st.commit_cold_bytes_max
+        );
+        assert!(st.commits - before >= report.bytes_copied / (CAP + record));
         check_cold_fourths(&s).await;
     });
 }

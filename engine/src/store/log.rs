@@ -117,6 +117,10 @@ pub(crate) struct LogState {
     /// Appended byte ranges not yet written to the device, in append order
     /// of their first byte (a commit trims them once written).
     pub unwritten: Vec<(u64, u64)>,
+    /// Bytes of cleaner copies appended since the last group commit
+    /// captured the log
+    /// ([`super::StoreConfig::cleaner_commit_bytes`]).
+    pub cold_unwritten: u64,
     /// `(block, bytes)`: the bytes `[block, block + len)` as last written
     /// (state words 0), for the next write that continues that block.
     pub tail_blocks: Vec<(u64, Vec<u8>)>,
@@ -463,6 +467,9 @@ impl Store {
             _ => log.head = end,
         }
         log.note_unwritten(addr, end);
+        if spec.cold.is_some() {
+            log.cold_unwritten += len as u64;
+        }
         if punch || spec.flags.has(RecordFlags::TOMBSTONE) || spec.flags.has(RecordFlags::EXTENT) {
             log.slots.pin(addr / self.geo.segment_bytes);
         }
@@ -652,11 +659,15 @@ impl Store {
                 let mut log = self.log.borrow_mut();
                 log.durable = log.head;
                 log.committed_appends = log.appends;
+                log.cold_unwritten = 0;
                 return Ok(());
             }
             (log.unwritten.clone(), log.pending.len(), log.head)
         };
-        let appends = self.log.borrow().appends;
+        let (appends, cold) = {
+            let log = self.log.borrow();
+            (log.appends, log.cold_unwritten)
+        };
         let device = self.config.durability == Durability::Device;
         // A commit of one write carries its flush (Channel::write_durable).
         let durable =
@@ -692,8 +703,12 @@ impl Store {
             }
             log.durable = head;
             log.committed_appends = appends;
+            log.cold_unwritten -= cold;
         }
-        self.counters.borrow_mut().commits += 1;
+        let mut c = self.counters.borrow_mut();
+        c.commits += 1;
+        c.commit_cold_bytes_max = c.commit_cold_bytes_max.max(cold);
+        drop(c);
         self.publish_first(covered)
     }
 

@@ -128,6 +128,12 @@ pub struct StoreConfig {
     /// Live records with values up to this many bytes are kept in the ring
     /// by [`Store::spawn_keeper`]; 0 turns the keeper off.
     pub hot_value_max: u32,
+    /// Bytes of cleaner copies a group commit carries, about (the copy
+    /// that crosses the mark is the last): past it, the cleaner waits for
+    /// a commit before it appends more. A foreground commit that carries
+    /// copies writes them beside its own records and waits for both, so
+    /// this bounds what the cleaner adds to a foreground write.
+    pub cleaner_commit_bytes: u64,
 }
 
 impl Default for StoreConfig {
@@ -146,6 +152,7 @@ impl Default for StoreConfig {
             durability: Durability::Device,
             flush_interval: std::time::Duration::from_secs(1),
             hot_value_max: 1024,
+            cleaner_commit_bytes: 128 << 10,
         }
     }
 }
@@ -285,6 +292,9 @@ pub struct StoreStats {
     /// (the queue it was opened in). A commit the cleaner needs is led from
     /// home, so this stays 0 with a running cleaner.
     pub commits_led_off_home: u64,
+    /// The most bytes of cleaner copies one group commit carried
+    /// ([`StoreConfig::cleaner_commit_bytes`]).
+    pub commit_cold_bytes_max: u64,
     /// Small live records the keeper copied forward to keep them in the ring.
     pub keeper_records_kept: u64,
     pub keeper_bytes_kept: u64,
@@ -332,6 +342,7 @@ struct Counters {
     cleaner_wait_timeouts: u64,
     cleaner_failures: u64,
     commits_led_off_home: u64,
+    commit_cold_bytes_max: u64,
     keeper_records_kept: u64,
     keeper_bytes_kept: u64,
     keeper_skipped_bytes: u64,
@@ -492,6 +503,7 @@ impl Store {
             cleaner_wait_timeouts: c.cleaner_wait_timeouts,
             cleaner_failures: c.cleaner_failures,
             commits_led_off_home: c.commits_led_off_home,
+            commit_cold_bytes_max: c.commit_cold_bytes_max,
             keeper_records_kept: c.keeper_records_kept,
             keeper_bytes_kept: c.keeper_bytes_kept,
             keeper_skipped_bytes: c.keeper_skipped_bytes,
