@@ -15,6 +15,12 @@ pub(crate) trait MemBacking: Send + Sync + 'static {
     fn persist(&self, offset: usize, len: usize) -> Result<()>;
     /// Makes every completed write durable.
     fn flush(&self) -> Result<()>;
+    /// Whether [`flush`](Self::flush) waits for a device (`msync`): the
+    /// channel then runs it on the executor's blocking thread, so that the
+    /// xstream keeps running its other tasks meanwhile.
+    fn flush_waits(&self) -> bool {
+        false
+    }
 }
 
 pub(crate) struct MemChannel<B: MemBacking> {
@@ -127,7 +133,11 @@ impl<B: MemBacking> Channel for MemChannel<B> {
         Box::pin(std::future::ready(r))
     }
     fn flush(&self) -> IoFuture<'_, ()> {
-        Box::pin(std::future::ready(self.backing.flush()))
+        if !self.backing.flush_waits() {
+            return Box::pin(std::future::ready(self.backing.flush()));
+        }
+        let backing = self.backing.clone();
+        Box::pin(glommio::executor().spawn_blocking(move || backing.flush()))
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()> {
         Box::pin(std::future::ready(self.zero("write_zeroes", offset, len)))

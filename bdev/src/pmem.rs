@@ -5,7 +5,9 @@
 //! (`clwb`, else `clflushopt`, else `clflush`) and a store fence: every
 //! write is durable when it completes. Elsewhere (tmpfs, hugetlbfs, ext4) the
 //! file is an ordinary shared mapping and [`Channel::flush`] runs `msync`
-//! over the range written since the last flush.
+//! over the range written since the last flush, on the executor's blocking
+//! thread (glommio's `spawn_blocking`): the xstream runs its other tasks
+//! while the kernel writes the pages back.
 //!
 //! Besides the block interface the store can read and write the mapping in
 //! place through [`PmemBdev::slice`] and [`PmemBdev::write_at`]; reach a
@@ -121,6 +123,9 @@ impl MemBacking for PmemMemory {
             }
         }
         Ok(())
+    }
+    fn flush_waits(&self) -> bool {
+        matches!(self.mapping, Mapping::Plain(_))
     }
     fn flush(&self) -> Result<()> {
         let Mapping::Plain(map) = &self.mapping else {

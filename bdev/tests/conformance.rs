@@ -346,3 +346,34 @@ fn uring_rounds_of_concurrent_writes_never_stall() {
         "uring operations stalled (or the executor panicked)"
     );
 }
+
+/// A pmem device without MAP_SYNC persists with `msync`, which waits for
+/// the kernel to write the pages back: the flush runs off the xstream, so
+/// a task waiting for its next turn gets it while the flush is in flight (a
+/// flush that ran on the xstream would complete before that task is polled
+/// again).
+#[test]
+fn pmem_msync_flush_leaves_the_xstream_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = open(&format!("pmem:{}?size=4M", dir.path().join("p").display())).unwrap();
+    assert_eq!(
+        dev.as_pmem().unwrap().persist_mode(),
+        ferrite_bdev::pmem::PersistMode::Msync
+    );
+    run(move || async move {
+        let ch = dev.channel().unwrap();
+        ch.write(0, pattern(&*ch, 1 << 20, 7)).await.unwrap();
+        let ran = std::rc::Rc::new(std::cell::Cell::new(false));
+        let flag = ran.clone();
+        // Spawned tasks run at once up to their first yield.
+        glommio::spawn_local(async move {
+            glommio::executor().yield_task_queue_now().await;
+            flag.set(true)
+        })
+        .detach();
+        ch.flush().await.unwrap();
+        assert!(ran.get(), "the flush held the xstream until it was done");
+        let back = ch.read(0, ch.alloc(1 << 20).unwrap()).await.unwrap();
+        assert!(is_pattern(&back, 7));
+    });
+}

@@ -210,16 +210,28 @@ mod imp {
     /// the engine's config have them.
     const OVERFLOW_SHARE: f64 = 0.25;
 
+    /// The smallest main area the bench opens.
+    const MIN_MAIN_BUCKETS: u64 = 16;
+
+    /// Overflow buckets beyond the quarter: a new key refuses to start
+    /// while the free overflow buckets do not exceed the new keys in flight
+    /// (`--concurrency`, 16 by default), which a quarter of a small table's
+    /// main area (28 buckets for 256 keys) does not leave room for.
+    const PENDING_RESERVE: u32 = 32;
+
     /// A store whose bucket table holds `keys` at a load of `load` (at
-    /// most): the smallest main area (at least 1024 buckets; any count) with
-    /// a quarter of it as overflow pool.
+    /// most): the smallest main area (any count, at least `MIN_MAIN_BUCKETS`)
+    /// with a quarter of it as overflow pool, plus `PENDING_RESERVE`. Sized
+    /// for the keys even when they are few (256 values of 1 MiB), so that
+    /// the DRAM metadata per key is that of a table at that load, not of an
+    /// oversized one.
     fn config(keys: usize, load: f64, ring_bytes: u64) -> StoreConfig {
         let slots_per_main = SLOTS_PER_BUCKET as f64 * (1.0 + OVERFLOW_SHARE);
         let main = (keys as f64 / (slots_per_main * load.clamp(0.05, 1.0))).ceil() as u64;
-        let main = main.max(1024);
+        let main = main.max(MIN_MAIN_BUCKETS);
         StoreConfig {
             bucket_count: main,
-            overflow_buckets: (main as f64 * OVERFLOW_SHARE) as u32,
+            overflow_buckets: (main as f64 * OVERFLOW_SHARE) as u32 + PENDING_RESERVE,
             ring_bytes,
             ..StoreConfig::default()
         }
@@ -657,19 +669,35 @@ mod imp {
         }
 
         /// The table the bench opens has the engine's default shape and
-        /// holds the keys at the stated load, within 1 % below it (once
-        /// past the 1024-bucket floor): main areas need not be powers of two.
+        /// holds the keys at the stated load, within 1 % below it: main
+        /// areas need not be powers of two.
         #[test]
         fn table_is_sized_for_the_stated_load() {
             for load in [0.5, 0.6] {
                 for keys in [10_000usize, 100_000, 1_000_000, 1_179_648, 3_000_000] {
                     let c = config(keys, load, 64 << 20);
-                    assert_eq!(u64::from(c.overflow_buckets), c.bucket_count / 4);
+                    assert_eq!(
+                        c.overflow_buckets,
+                        (c.bucket_count / 4) as u32 + PENDING_RESERVE
+                    );
                     let slots =
                         (c.bucket_count + u64::from(c.overflow_buckets)) * SLOTS_PER_BUCKET as u64;
                     let fill = keys as f64 / slots as f64;
                     assert!(fill <= load && fill > load * 0.99, "{keys} keys: {fill}");
                 }
+            }
+        }
+
+        /// Few keys (the 1 MiB case has 256) get a table sized for them:
+        /// under 56 bytes of buckets per key at the default load (a floor of
+        /// 1024 main buckets made it 320).
+        #[test]
+        fn few_keys_get_a_table_sized_for_them() {
+            for keys in [256usize, 1000, 4096] {
+                let c = config(keys, 0.6, 64 << 20);
+                let buckets = c.bucket_count + u64::from(c.overflow_buckets);
+                let per_key = (buckets * 64) as f64 / keys as f64;
+                assert!(per_key < 56.0, "{keys} keys: {per_key} B of buckets each");
             }
         }
     }
