@@ -38,7 +38,7 @@ fn capped_run_passes_with_few_round_trips_per_metadata_op() {
     assert!(report.passed(), "{}", report.table());
     assert_eq!(report.verify_errors, 0);
     let table = report.table();
-    // Each task hands the backend groups of files: 120 files per task are 4 groups. The
+    // Each task hands the backend groups of files: 120 files per task are 2 groups. The
     // group's creates are one batch (one request: the engine has one target); an
     // mdtest-hard group's writes and size updates one more. A delete group's names are one
     // batch after one-sided lookups; mdtest-hard's data removal one more.
