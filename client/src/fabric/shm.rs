@@ -1,7 +1,8 @@
 //! The `shm` endpoint: regions are memfd (or hugetlbfs) files the engine
 //! hands over its Unix socket with `SCM_RIGHTS`; the client maps them
 //! read-only (page tables populated) and a one-sided read is a copy out of
-//! the mapping by atomic loads. A read of a device log window (a file in
+//! the mapping by atomic loads (from 256 bytes on x86-64, one `rep movsb`).
+//! A read of a device log window (a file in
 //! the page cache, gigabytes long, not mapped) is a `pread` of the file
 //! instead: one kernel copy, with no page table work for pages this process
 //! never mapped (an ior read touches each page once). For the populated
@@ -187,6 +188,13 @@ impl ShmMapping {
         debug_assert!(offset + dst.len() <= self.len);
         // SAFETY: offset + len is within the mapping (checked by callers).
         let src = unsafe { ptr.add(offset) };
+        #[cfg(target_arch = "x86_64")]
+        if dst.len() >= STRING_COPY_FROM {
+            // SAFETY: src..src+len is mapped (above), dst is ours.
+            unsafe { string_copy(src, dst) };
+            fence(Ordering::Acquire);
+            return;
+        }
         let lead = ((8 - src as usize % 8) % 8).min(dst.len());
         let (head, rest) = dst.split_at_mut(lead);
         let words = rest.len() / 8 * 8;
@@ -209,6 +217,37 @@ impl ShmMapping {
             *b = load_byte(lead + words + i);
         }
         fence(Ordering::Acquire);
+    }
+}
+
+/// Copies from this size up are one `rep movsb` ([`string_copy`]); below,
+/// the word loads' start-up cost is lower.
+#[cfg(target_arch = "x86_64")]
+const STRING_COPY_FROM: usize = 256;
+
+/// Copies `dst.len()` bytes from `src` with one `rep movsb`: the engine may
+/// write those bytes meanwhile, and an assembly copy is, like the atomic
+/// loads, not a data race in Rust's sense (the bytes may be torn, which the
+/// reader's checks catch). With the fast string operations of every x86-64
+/// CPU of the last decade it copies at memcpy's speed, where word-by-word
+/// atomic loads, which the compiler may not widen, ran at half of it
+/// (ior-easy-read spent a quarter of its CPU in them).
+///
+/// # Safety
+/// `src..src + dst.len()` must be mapped and readable.
+#[cfg(target_arch = "x86_64")]
+unsafe fn string_copy(src: *const u8, dst: &mut [u8]) {
+    // SAFETY: the caller guarantees the source range; `dst` is an exclusive
+    // borrow of its length. The direction flag is clear on entry (Rust's
+    // inline assembly rules), so the copy goes upward.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") dst.len() => _,
+            inout("rsi") src => _,
+            inout("rdi") dst.as_mut_ptr() => _,
+            options(nostack, preserves_flags)
+        );
     }
 }
 
@@ -503,6 +542,19 @@ mod tests {
             for len in 0..40 {
                 m.copy_out(start, &mut out[..len]);
                 assert_eq!(&out[..len], &pattern[start..start + len], "{start}+{len}");
+            }
+        }
+        // Around the size from which one string copy does it (x86-64).
+        let mut big = vec![0u8; 1100];
+        for start in [0, 1, 7, 8, 9, 2995] {
+            for len in [255, 256, 257, 1000, 1100] {
+                big.fill(0);
+                m.copy_out(start, &mut big[..len]);
+                assert_eq!(&big[..len], &pattern[start..start + len], "{start}+{len}");
+                assert!(
+                    big[len..].iter().all(|&b| b == 0),
+                    "{start}+{len}: wrote past"
+                );
             }
         }
     }
