@@ -125,7 +125,7 @@ impl MemBacking for PmemMemory {
         Ok(())
     }
     fn flush_waits(&self) -> bool {
-        matches!(self.mapping, Mapping::Plain(_))
+        self.mode() == PersistMode::Msync
     }
     fn flush(&self) -> Result<()> {
         let Mapping::Plain(map) = &self.mapping else {

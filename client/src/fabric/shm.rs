@@ -2,10 +2,10 @@
 //! hands over its Unix socket with `SCM_RIGHTS`; the client maps them
 //! read-only (page tables populated) and a one-sided read is a copy out of
 //! the mapping by atomic loads (from 256 bytes on x86-64, one `rep movsb`).
-//! A read of a device log window (a file in
-//! the page cache, gigabytes long, not mapped) is a `pread` of the file
-//! instead: one kernel copy, with no page table work for pages this process
-//! never mapped (an ior read touches each page once). For the populated
+//! A read of a device log window (a file in the page cache, gigabytes long,
+//! not mapped) is a `pread` of the file instead: one kernel copy, with no
+//! page table work for pages this process never mapped (an ior read touches
+//! each page once). For the populated
 //! memory regions loads are faster than `pread` (ior-easy-read 9.2-10.6 vs
 //! 5.8-7.8 GiB/s from a ring). The engine's CPU does nothing for either.
 //!
