@@ -49,8 +49,10 @@ pub struct BenchStoreArgs {
     /// Keys per case: at most this many ...
     #[arg(long, default_value_t = 100_000)]
     pub max_keys: usize,
-    /// ... and at most this many MiB of values.
-    #[arg(long, default_value_t = 256)]
+    /// ... and at most this many MiB of values (1000: a thousand 1 MiB
+    /// values, all resident in a 1 GiB ring; with 256 the bucket region's
+    /// last page alone was 16 bytes per key).
+    #[arg(long, default_value_t = 1000)]
     pub data_mib: usize,
     /// Directory for the pmem and uring files (default: a new temp dir).
     #[arg(long)]
@@ -213,16 +215,10 @@ mod imp {
     /// The smallest main area the bench opens.
     const MIN_MAIN_BUCKETS: u64 = 16;
 
-    /// Overflow buckets beyond the quarter: a new key refuses to start
-    /// while the free overflow buckets do not exceed the new keys in flight
-    /// (`--concurrency`, 16 by default), which a quarter of a small table's
-    /// main area (28 buckets for 256 keys) does not leave room for.
-    const PENDING_RESERVE: u32 = 32;
-
     /// A store whose bucket table holds `keys` at a load of `load` (at
     /// most): the smallest main area (any count, at least `MIN_MAIN_BUCKETS`)
-    /// with a quarter of it as overflow pool, plus `PENDING_RESERVE`. Sized
-    /// for the keys even when they are few (256 values of 1 MiB), so that
+    /// with a quarter of it as overflow pool. Sized
+    /// for the keys even when they are few (values of 1 MiB), so that
     /// the DRAM metadata per key is that of a table at that load, not of an
     /// oversized one.
     fn config(keys: usize, load: f64, ring_bytes: u64) -> StoreConfig {
@@ -231,7 +227,7 @@ mod imp {
         let main = main.max(MIN_MAIN_BUCKETS);
         StoreConfig {
             bucket_count: main,
-            overflow_buckets: (main as f64 * OVERFLOW_SHARE) as u32 + PENDING_RESERVE,
+            overflow_buckets: (main as f64 * OVERFLOW_SHARE) as u32,
             ring_bytes,
             ..StoreConfig::default()
         }
@@ -676,10 +672,7 @@ mod imp {
             for load in [0.5, 0.6] {
                 for keys in [10_000usize, 100_000, 1_000_000, 1_179_648, 3_000_000] {
                     let c = config(keys, load, 64 << 20);
-                    assert_eq!(
-                        c.overflow_buckets,
-                        (c.bucket_count / 4) as u32 + PENDING_RESERVE
-                    );
+                    assert_eq!(c.overflow_buckets, (c.bucket_count / 4) as u32);
                     let slots =
                         (c.bucket_count + u64::from(c.overflow_buckets)) * SLOTS_PER_BUCKET as u64;
                     let fill = keys as f64 / slots as f64;
@@ -688,16 +681,16 @@ mod imp {
             }
         }
 
-        /// Few keys (the 1 MiB case has 256) get a table sized for them:
-        /// under 56 bytes of buckets per key at the default load (a floor of
-        /// 1024 main buckets made it 320).
+        /// Few keys (the 1 MiB case has 1000) get a table sized for them:
+        /// under 36 bytes of buckets per key at the default load (a floor of
+        /// 1024 main buckets made 256 keys' 320).
         #[test]
         fn few_keys_get_a_table_sized_for_them() {
             for keys in [256usize, 1000, 4096] {
                 let c = config(keys, 0.6, 64 << 20);
                 let buckets = c.bucket_count + u64::from(c.overflow_buckets);
                 let per_key = (buckets * 64) as f64 / keys as f64;
-                assert!(per_key < 56.0, "{keys} keys: {per_key} B of buckets each");
+                assert!(per_key < 36.0, "{keys} keys: {per_key} B of buckets each");
             }
         }
     }

@@ -322,6 +322,41 @@ fn full_index_refuses_new_keys_only() {
     });
 }
 
+/// A table sized for 256 keys at a load of 0.6 (114 main buckets, 28
+/// overflow) takes all of them from 16 writers of new keys at once: a new
+/// key is refused only when the overflow pool could run out, counted chain
+/// by chain, not whenever the pool is smaller than the new keys in flight
+/// (that refused the last 27 keys here).
+#[test]
+fn small_table_fills_under_concurrent_new_keys() {
+    run(|| async {
+        let cfg = StoreConfig {
+            bucket_count: 114,
+            overflow_buckets: 28,
+            ..StoreConfig::small()
+        };
+        let s = std::rc::Rc::new(Store::open(dev(), cfg).await.unwrap());
+        let writers = (0..16u32).map(|w| {
+            let s = s.clone();
+            async move {
+                for i in (w..256).step_by(16) {
+                    let name = format!("file.{i:05}");
+                    let k = RecordKey::new(7, 9, b"dir", name.as_bytes());
+                    s.update(&k, &i.to_le_bytes()).await.unwrap();
+                }
+            }
+        });
+        futures::future::join_all(writers).await;
+        assert_eq!(s.stats().keys, 256);
+        for i in 0..256u32 {
+            let name = format!("file.{i:05}");
+            let k = RecordKey::new(7, 9, b"dir", name.as_bytes());
+            assert_eq!(s.fetch(&k).await.unwrap().unwrap().1, i.to_le_bytes());
+        }
+        assert!(s.check_writable().is_ok());
+    });
+}
+
 /// `fetch_batch` gives, key by key and in order, what `fetch` gives: values
 /// resident in the ring, values evicted to the device, absent keys, and the
 /// wrong-kind error for a byte array.

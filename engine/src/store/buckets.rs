@@ -102,6 +102,41 @@ impl BucketTable {
         }
         reads as f64 / used.max(1) as f64
     }
+    /// Empty slots in the chain of `hash` (its main bucket and the overflow
+    /// buckets linked to it).
+    pub fn free_slots_in_chain(&self, hash: u64) -> usize {
+        let (mut i, mut free) = (self.home(hash), 0);
+        for _ in 0..=self.total {
+            let b = self.load(i);
+            free += b.slots().iter().filter(|s| s.is_empty()).count();
+            match b.next() {
+                0 => break,
+                n => i = n,
+            }
+        }
+        free
+    }
+
+    /// Overflow buckets that inserting one slot for each of `hashes` (in
+    /// any order) takes from the pool: per chain, the slots beyond its free
+    /// ones, three to a bucket.
+    pub fn overflow_needed(&self, hashes: impl Iterator<Item = u64>) -> usize {
+        let mut per_home: Vec<(u32, u64, usize)> = Vec::new();
+        for h in hashes {
+            let home = self.home(h);
+            match per_home.iter_mut().find(|e| e.0 == home) {
+                Some(e) => e.2 += 1,
+                None => per_home.push((home, h, 1)),
+            }
+        }
+        (per_home.iter())
+            .map(|&(_, h, n)| {
+                n.saturating_sub(self.free_slots_in_chain(h))
+                    .div_ceil(SLOTS_PER_BUCKET)
+            })
+            .sum()
+    }
+
     /// Heap bytes of the list of overflow buckets free again.
     pub fn free_list_bytes(&self) -> usize {
         self.free.capacity() * std::mem::size_of::<u32>()
@@ -326,6 +361,28 @@ mod tests {
         for a in 0..15u64 {
             assert!(t.locate(1, 9, a * 8).is_some(), "slot {a}");
         }
+    }
+
+    #[test]
+    fn overflow_needed_counts_chain_by_chain() {
+        let mut t = table(4, 4);
+        assert_eq!(t.free_slots_in_chain(1), 3);
+        assert_eq!(t.overflow_needed([1u64; 3].into_iter()), 0);
+        assert_eq!(t.overflow_needed([1u64; 4].into_iter()), 1);
+        assert_eq!(t.overflow_needed([1u64; 7].into_iter()), 2);
+        assert!(t.insert(1, slot(9, 0)) && t.insert(1, slot(9, 8)));
+        assert_eq!(t.free_slots_in_chain(1), 1);
+        assert_eq!(t.overflow_needed([1u64, 1].into_iter()), 1);
+        // Another home's chain has its own free slots.
+        let other = (2..64u64).find(|&h| t.home(h) != t.home(1)).unwrap();
+        assert_eq!(
+            t.overflow_needed([1u64, other, other, other].into_iter()),
+            0
+        );
+        assert!(t.insert(1, slot(9, 16)) && t.insert(1, slot(9, 24)));
+        // The chain grew an overflow bucket with two free slots.
+        assert_eq!(t.free_slots_in_chain(1), 2);
+        assert_eq!(t.overflow_needed([1u64; 3].into_iter()), 1);
     }
 
     /// Fills a table with random hashes until an insert fails and checks the

@@ -16,9 +16,15 @@ use std::ops::{Index, IndexMut};
 
 /// A run is split in two when it grows past this many blocks.
 const RUN_MAX: usize = 256;
-/// A run's vectors grow by this many blocks at a time (little spare room:
-/// it is DRAM per key too).
+/// A run's vectors grow by a quarter of their blocks at a time, by this
+/// many at most (little spare room: it is DRAM per key too; growing a run of
+/// 8 blocks by 16 gave a store of 256 keys 4 bytes of spare room per key).
 const RUN_GROWTH: usize = 16;
+
+/// Block slots a run of `len` blocks grows by when full.
+fn growth(len: usize) -> usize {
+    (len / 4).clamp(1, RUN_GROWTH)
+}
 
 #[derive(Default)]
 struct Run {
@@ -30,10 +36,10 @@ struct Run {
 impl Run {
     fn insert(&mut self, at: usize, b: Box<[u8]>) {
         if self.blocks.len() == self.blocks.capacity() {
-            self.blocks.reserve_exact(RUN_GROWTH);
+            self.blocks.reserve_exact(growth(self.blocks.len()));
         }
         if self.fences.len() == self.fences.capacity() {
-            self.fences.reserve_exact(RUN_GROWTH);
+            self.fences.reserve_exact(growth(self.fences.len()));
         }
         self.fences.insert(at, Fence::of_block(&b));
         self.blocks.insert(at, b);
@@ -141,8 +147,8 @@ impl Blocks {
             blocks: run.blocks.split_off(half),
             fences: run.fences.split_off(half),
         };
-        run.blocks.shrink_to(half + RUN_GROWTH);
-        run.fences.shrink_to(half + RUN_GROWTH);
+        run.blocks.shrink_to(half + growth(half));
+        run.fences.shrink_to(half + growth(half));
         self.heads.insert(r + 1, second.fences[0]);
         self.starts.insert(r + 1, self.starts[r] + half);
         self.runs.insert(r + 1, second);
