@@ -104,8 +104,14 @@ impl BucketTable {
     }
     /// Empty slots in the chain of `hash` (its main bucket and the overflow
     /// buckets linked to it).
-    pub fn free_slots_in_chain(&self, hash: u64) -> usize {
-        let (mut i, mut free) = (self.home(hash), 0);
+    #[cfg(test)]
+    fn free_slots_in_chain(&self, hash: u64) -> usize {
+        self.free_slots_from(self.home(hash))
+    }
+
+    /// Empty slots in the chain starting at main bucket `home`.
+    fn free_slots_from(&self, home: u32) -> usize {
+        let (mut i, mut free) = (home, 0);
         for _ in 0..=self.total {
             let b = self.load(i);
             free += b.slots().iter().filter(|s| s.is_empty()).count();
@@ -121,17 +127,16 @@ impl BucketTable {
     /// any order) takes from the pool: per chain, the slots beyond its free
     /// ones, three to a bucket.
     pub fn overflow_needed(&self, hashes: impl Iterator<Item = u64>) -> usize {
-        let mut per_home: Vec<(u32, u64, usize)> = Vec::new();
-        for h in hashes {
-            let home = self.home(h);
+        let mut per_home: Vec<(u32, usize)> = Vec::new();
+        for home in hashes.map(|h| self.home(h)) {
             match per_home.iter_mut().find(|e| e.0 == home) {
-                Some(e) => e.2 += 1,
-                None => per_home.push((home, h, 1)),
+                Some(e) => e.1 += 1,
+                None => per_home.push((home, 1)),
             }
         }
         (per_home.iter())
-            .map(|&(_, h, n)| {
-                n.saturating_sub(self.free_slots_in_chain(h))
+            .map(|&(home, n)| {
+                n.saturating_sub(self.free_slots_from(home))
                     .div_ceil(SLOTS_PER_BUCKET)
             })
             .sum()
