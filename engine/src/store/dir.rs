@@ -406,7 +406,7 @@ struct Seek {
 ///
 /// | part | bytes | meaning |
 /// |---|---|---|
-/// | `shared` | varint | bytes shared with the previous entry's composite key `object ‖ dkey ‖ akey` (0 for a block's first entry) |
+/// | `shared` | varint | bytes shared with the previous entry's composite key `object ‖ dkey ‖ akey`: all it shares when written, or fewer once a key is inserted before it (0 for a block's first entry) |
 /// | `head` | varint | `suffix_len << 1 \| explicit` |
 /// | `dkey_len` | varint | only if `explicit` (always for a block's first entry): else the previous entry's |
 /// | suffix | `suffix_len` | the composite key's bytes after `shared` |
@@ -504,21 +504,44 @@ impl Directory {
     ) -> T {
         let k = Key::new(obj, dkey, akey);
         let block = self.block_for(&k);
-        if let Some(raw) = self.find_in(block, &k) {
-            let old = decode_tail(&self.blocks[block][raw.tail..raw.end]);
-            let (new, out) = change(Some(old));
-            if let Some(e) = new {
-                let mut tail = Vec::with_capacity(32);
-                encode_tail(&mut tail, &e);
-                self.set_tail(block, &raw, &tail);
+        let gap = match self.find_or_gap(block, &k) {
+            Ok(raw) => {
+                let old = decode_tail(&self.blocks[block][raw.tail..raw.end]);
+                let (new, out) = change(Some(old));
+                if let Some(e) = new {
+                    let mut tail = Vec::with_capacity(32);
+                    encode_tail(&mut tail, &e);
+                    self.set_tail(block, &raw, &tail);
+                }
+                return out;
             }
-            return out;
-        }
+            Err(gap) => gap,
+        };
         let (new, out) = change(None);
         if let Some(e) = new {
-            self.insert_new(block, &k, &e);
+            self.insert_in_gap(block, &k, &e, &gap);
         }
         out
+    }
+
+    /// Inserts `k`, absent from the directory, into `block` at `gap` (from
+    /// [`find_or_gap`](Self::find_or_gap)) without a second pass over the
+    /// block; else as [`insert_new`](Self::insert_new) does.
+    fn insert_in_gap(&mut self, block: usize, k: &Key<'_>, e: &Entry, gap: &find::Gap) {
+        if self.blocks.is_empty() {
+            return self.insert_new(block, k, e);
+        }
+        let mut tail = Vec::with_capacity(32);
+        encode_tail(&mut tail, e);
+        let dk = k.dkey.len();
+        let bytes = &self.blocks[block];
+        match k.with_composite(|kc| gap.insert(bytes, kc, dk, &tail)) {
+            Some(b) => {
+                self.replace_block(block, b);
+                self.keys += 1;
+            }
+            None => self.insert_new(block, k, e),
+        }
     }
 
     /// Inserts `k`, absent from the directory, into `block` (from

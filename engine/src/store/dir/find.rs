@@ -12,7 +12,7 @@
 
 use std::cmp::Ordering;
 
-use super::{get_varint, tail_end, Directory, Key, Raw, OBJ_BYTES};
+use super::{get_varint, put_varint, tail_end, Directory, Key, Raw, OBJ_BYTES};
 
 /// Composite keys up to this length are built on the stack.
 const STACK_KEY_BYTES: usize = 128;
@@ -45,7 +45,7 @@ fn order(kc: &[u8], dk: usize, m: usize, e_at_m: Option<u8>, de: usize) -> Order
 impl Key<'_> {
     /// Calls `with` on this key's composite bytes `object ‖ dkey ‖ akey`,
     /// built on the stack when short.
-    fn with_composite<T>(&self, with: impl FnOnce(&[u8]) -> T) -> T {
+    pub(super) fn with_composite<T>(&self, with: impl FnOnce(&[u8]) -> T) -> T {
         let len = OBJ_BYTES + self.dkey.len() + self.akey.len();
         if len > STACK_KEY_BYTES {
             return with(&self.composite().0);
@@ -70,21 +70,100 @@ impl Directory {
     /// [`find`](Self::find) in `block`, which [`Directory::block_for`]
     /// gave for `k`.
     pub(super) fn find_in(&self, block: usize, k: &Key<'_>) -> Option<Raw> {
-        let bytes = self.blocks.get(block)?;
+        self.find_or_gap(block, k).ok()
+    }
+
+    /// [`find_in`](Self::find_in), or where in `block` the absent `k`
+    /// goes.
+    pub(super) fn find_or_gap(&self, block: usize, k: &Key<'_>) -> Result<Raw, Gap> {
+        let Some(bytes) = self.blocks.get(block) else {
+            return Err(Gap::default());
+        };
         let dk = k.dkey.len();
         k.with_composite(|kc| find_in_block(bytes, kc, dk))
     }
 }
 
+/// Where an absent key goes in a block: at byte `at`, after an entry (if
+/// any) that shares exactly `shared` bytes with it and has dkey length
+/// `prev_dkey_len`, and before `next` (if any).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Gap {
+    pub at: usize,
+    pub shared: usize,
+    pub prev_dkey_len: Option<usize>,
+    pub next: Option<NextEntry>,
+}
+
+/// The entry after a [`Gap`]: it shares `shared` bytes with the entry
+/// before it, its suffix is `suffix` of the block's bytes (its tail
+/// follows: `(start, end)`), and its dkey is `dkey_len` long.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NextEntry {
+    pub shared: usize,
+    pub suffix: (usize, usize),
+    pub dkey_len: usize,
+}
+
+impl Gap {
+    /// Writes the block `b` with the key `kc` (dkey length `dk`) and its
+    /// entry's `tail` inserted here, in one pass over the block: the new
+    /// entry shares [`Gap::shared`] bytes with the one before, and the next
+    /// entry keeps its shared count and suffix (valid when the key shares at
+    /// least as many bytes with the entry before: the next entry's shared
+    /// bytes are then the key's too). `None` otherwise (keys order by
+    /// object, dkey, akey, and a dkey that is a prefix of another's can put
+    /// such a key between two entries): the caller then seeks.
+    pub(super) fn insert(&self, b: &[u8], kc: &[u8], dk: usize, tail: &[u8]) -> Option<Vec<u8>> {
+        if self.next.is_some_and(|n| n.shared > self.shared) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(b.len() + kc.len() + tail.len() + 8);
+        out.extend_from_slice(&b[..self.at]);
+        put_header(&mut out, self.shared, kc.len(), self.prev_dkey_len, dk);
+        out.extend_from_slice(&kc[self.shared..]);
+        out.extend_from_slice(tail);
+        if let Some(n) = self.next {
+            put_header(
+                &mut out,
+                n.shared,
+                n.suffix.1 - n.suffix.0 + n.shared,
+                Some(dk),
+                n.dkey_len,
+            );
+            out.extend_from_slice(&b[n.suffix.0..]);
+        }
+        Some(out)
+    }
+}
+
+/// An entry's header: shared bytes, suffix length and explicit-dkey flag,
+/// and the dkey length when it differs from the entry before's.
+fn put_header(
+    out: &mut Vec<u8>,
+    shared: usize,
+    key_len: usize,
+    prev_dkey: Option<usize>,
+    dk: usize,
+) {
+    let explicit = prev_dkey != Some(dk);
+    put_varint(out, shared);
+    put_varint(out, (key_len - shared) << 1 | usize::from(explicit));
+    if explicit {
+        put_varint(out, dk);
+    }
+}
+
 /// The entry of the key with composite `kc` and dkey length `dk` in the
-/// block `b`, if there.
-fn find_in_block(b: &[u8], kc: &[u8], dk: usize) -> Option<Raw> {
+/// block `b`, or the gap where it goes.
+fn find_in_block(b: &[u8], kc: &[u8], dk: usize) -> Result<Raw, Gap> {
     // The entry before the first one shares nothing with the key.
     let (mut m, mut e_at_m) = (0usize, None);
     let mut dkey_len = None;
     let mut pos = 0;
     while pos < b.len() {
         let start = pos;
+        let (m_before, dkey_before) = (m, dkey_len);
         let shared = get_varint(b, &mut pos);
         let head = get_varint(b, &mut pos);
         let (suffix_len, explicit) = (head >> 1, head & 1 == 1);
@@ -105,15 +184,31 @@ fn find_in_block(b: &[u8], kc: &[u8], dk: usize) -> Option<Raw> {
         match order(kc, dk, m, e_at_m, de) {
             Ordering::Greater => pos = end,
             Ordering::Equal => {
-                return Some(Raw {
+                return Ok(Raw {
                     start,
                     tail,
                     end,
                     dkey_len: de,
                 })
             }
-            Ordering::Less => return None,
+            Ordering::Less => {
+                return Err(Gap {
+                    at: start,
+                    shared: m_before,
+                    prev_dkey_len: dkey_before,
+                    next: Some(NextEntry {
+                        shared,
+                        suffix: (pos, tail),
+                        dkey_len: de,
+                    }),
+                })
+            }
         }
     }
-    None
+    Err(Gap {
+        at: b.len(),
+        shared: m,
+        prev_dkey_len: dkey_len,
+        next: None,
+    })
 }
