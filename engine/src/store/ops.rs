@@ -137,7 +137,12 @@ impl Store {
     /// and the overflow pool could run out before its slot is published
     /// (existing keys reuse their slot). Returns what the key holds.
     fn check_write(&self, key: &RecordKey<'_>, array: bool) -> Result<Held> {
-        match self.held(key) {
+        self.check_held(key, self.held(key), array)
+    }
+
+    /// [`check_write`](Self::check_write) of a key that holds `held`.
+    fn check_held(&self, key: &RecordKey<'_>, held: Held, array: bool) -> Result<Held> {
+        match held {
             Held::Absent => {
                 if !self.room_for_new_key(key.hash().0) {
                     return Err(StoreError::IndexFull {
@@ -281,11 +286,15 @@ impl Store {
                 self.wait_all_durable().await?;
                 continue;
             }
-            let current = self
-                .dir
-                .borrow()
-                .get((key.container, key.object), key.dkey, key.akey)
-                .map(|e| e.version);
+            // A key no bucket slot holds has no directory entry either: a
+            // new name (an mdtest create) costs no directory search here.
+            let held = self.held(key);
+            let current = match held {
+                Held::Absent => None,
+                _ => (self.dir.borrow())
+                    .get((key.container, key.object), key.dkey, key.akey)
+                    .map(|e| e.version),
+            };
             let holds = match cond {
                 Condition::Absent => current.is_none(),
                 Condition::Version(v) => current == Some(v),
@@ -294,7 +303,7 @@ impl Store {
                 return Ok(Conditional::Conflict(current));
             }
             let mut spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
-            spec.held = Some(self.check_write(key, false)?);
+            spec.held = Some(self.check_held(key, held, false)?);
             let (addr, len, version) = self.append_now(&spec)?;
             self.wait_durable(addr + u64::from(len)).await?;
             return Ok(Conditional::Applied(version));
