@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrite_client::client::bulk::{BulkArea, BULK_SLOT_BYTES};
+use ferrite_client::client::bulk::BulkArea;
 use ferrite_client::client::conn::{ConnectOptions, Connection};
 use ferrite_client::client::{Client, ClientOptions, Key, Reply, Request};
 use ferrite_client::fs::{Namespace, ROOT_OBJECT};
@@ -181,11 +181,7 @@ fn files_round_trip_through_the_bulk_region() {
         assert_eq!(ns2.read(&fh2, 0, &mut again).unwrap(), end);
         assert!(again == all, "{url}: same bytes without the bulk path");
     }
-    assert_eq!(
-        area.free_slots() * BULK_SLOT_BYTES,
-        area.len(),
-        "every slot came back"
-    );
+    assert_eq!(area.free_bytes(), area.len(), "every slot came back");
 }
 
 #[test]

@@ -6,7 +6,10 @@
 //! [`BulkArea::create`] makes a memfd sealed against shrinking (the engine
 //! accepts no other: a shrinking file would fault its accesses), maps it
 //! read-write and cuts it into slots of [`BULK_SLOT_BYTES`] (one extent
-//! piece each). Every connection of a [`Client`](super::Client) sends the
+//! piece each), followed by [`BULK_SMALL_PER_SLOT`] times as many small
+//! slots of [`BULK_SMALL_SLOT_BYTES`] for small pieces (a 3901-byte
+//! mdtest-hard file took a whole slot, so 128 slots served 128 of the 512
+//! files 8 tasks had in flight, and the rest travelled inside the frames). Every connection of a [`Client`](super::Client) sends the
 //! same fd with its Login. A request takes a slot with [`BulkArea::lease`]
 //! and gives it back when its reply arrived ([`BulkLease::settle`]); no free
 //! slot means the request carries its bytes in the frame as before.
@@ -40,13 +43,21 @@ pub const BULK_SLOT_BYTES: usize = VALUE_MAX_BYTES;
 /// Slots of a client's bulk area by default (the area's pages are only
 /// backed once a request used them).
 pub const BULK_SLOTS_DEFAULT: usize = 128;
+/// Bytes of a small slot: pieces up to this long take one.
+pub const BULK_SMALL_SLOT_BYTES: usize = 8 << 10;
+/// Small slots per slot of an area: 128 slots come with 1024 small ones
+/// (8 MiB).
+pub const BULK_SMALL_PER_SLOT: usize = 8;
 
 /// A mapped, sealed memory file cut into slots.
 pub struct BulkArea {
     fd: OwnedFd,
     ptr: NonNull<u8>,
     len: usize,
+    /// Slots, then small slots (their offsets follow the slots').
+    slots: usize,
     free: Mutex<Vec<u32>>,
+    free_small: Mutex<Vec<u32>>,
     /// Leases handed out so far.
     leased: AtomicU64,
 }
@@ -71,11 +82,13 @@ fn os_error(op: &'static str) -> Error {
 }
 
 impl BulkArea {
-    /// A bulk area of `slots` slots.
+    /// A bulk area of `slots` slots and [`BULK_SMALL_PER_SLOT`] small
+    /// slots per slot.
     pub fn create(slots: usize) -> Result<Arc<Self>> {
+        let per_slot = BULK_SLOT_BYTES + BULK_SMALL_PER_SLOT * BULK_SMALL_SLOT_BYTES;
         let len = slots
-            .checked_mul(BULK_SLOT_BYTES)
-            .filter(|&l| l > 0 && slots <= u32::MAX as usize)
+            .checked_mul(per_slot)
+            .filter(|&l| l > 0 && slots <= (u32::MAX as usize) / BULK_SMALL_PER_SLOT)
             .ok_or_else(|| Error::InvalidArgument(format!("bulk area of {slots} slots")))?;
         let fd = memfd("ferrite-bulk", len as u64)?;
         let raw = fd.as_raw_fd();
@@ -101,11 +114,14 @@ impl BulkArea {
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| os_error("mmap (bulk region)"))?;
         // Lowest slots last, so they are handed out first and reused.
         let free = (0..slots as u32).rev().collect();
+        let free_small = (0..(slots * BULK_SMALL_PER_SLOT) as u32).rev().collect();
         Ok(Arc::new(Self {
             fd,
             ptr,
             len,
+            slots,
             free: Mutex::new(free),
+            free_small: Mutex::new(free_small),
             leased: AtomicU64::new(0),
         }))
     }
@@ -125,9 +141,15 @@ impl BulkArea {
         self.len == 0
     }
 
-    /// Slots free now.
+    /// Slots (not small ones) free now.
     pub fn free_slots(&self) -> usize {
         self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Bytes of the free slots, small ones included.
+    pub fn free_bytes(&self) -> usize {
+        let small = self.free_small.lock().unwrap_or_else(|e| e.into_inner());
+        self.free_slots() * BULK_SLOT_BYTES + small.len() * BULK_SMALL_SLOT_BYTES
     }
 
     /// Leases handed out since the area was made (requests that went
@@ -139,12 +161,37 @@ impl BulkArea {
     /// A free slot, or `None` when every slot is in use.
     pub fn lease(self: &Arc<Self>) -> Option<BulkLease> {
         let slot = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
+        Some(self.leased(slot, false))
+    }
+
+    /// A free slot for `len` bytes: a small one when they fit one and one
+    /// is free, else a slot; `None` when none is free or `len` is over a
+    /// slot.
+    pub fn lease_for(self: &Arc<Self>, len: usize) -> Option<BulkLease> {
+        if len > BULK_SLOT_BYTES {
+            return None;
+        }
+        if len <= BULK_SMALL_SLOT_BYTES {
+            let small = self
+                .free_small
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop();
+            if let Some(slot) = small {
+                return Some(self.leased(slot, true));
+            }
+        }
+        self.lease()
+    }
+
+    fn leased(self: &Arc<Self>, slot: u32, small: bool) -> BulkLease {
         self.leased.fetch_add(1, Ordering::Relaxed);
-        Some(BulkLease {
+        BulkLease {
             area: self.clone(),
             slot,
+            small,
             lost: false,
-        })
+        }
     }
 }
 
@@ -162,6 +209,8 @@ impl Drop for BulkArea {
 pub struct BulkLease {
     area: Arc<BulkArea>,
     slot: u32,
+    /// A small slot (of [`BULK_SMALL_SLOT_BYTES`]).
+    small: bool,
     /// Given up: not returned to the free list on drop.
     lost: bool,
 }
@@ -169,17 +218,33 @@ pub struct BulkLease {
 impl BulkLease {
     /// The slot's offset in the area: the `region_offset` of a request.
     pub fn offset(&self) -> u64 {
-        self.slot as u64 * BULK_SLOT_BYTES as u64
+        let slot = self.slot as u64;
+        match self.small {
+            true => {
+                (self.area.slots * BULK_SLOT_BYTES) as u64 + slot * BULK_SMALL_SLOT_BYTES as u64
+            }
+            false => slot * BULK_SLOT_BYTES as u64,
+        }
+    }
+
+    /// Bytes of the slot.
+    pub fn capacity(&self) -> usize {
+        match self.small {
+            true => BULK_SMALL_SLOT_BYTES,
+            false => BULK_SLOT_BYTES,
+        }
     }
 
     fn ptr(&self) -> *mut u8 {
-        // SAFETY: slot < slots, so the slot's bytes lie inside the mapping.
+        // SAFETY: the slot (a small one after the slots) lies inside the
+        // mapping: `create` sized it for every slot.
         unsafe { self.area.ptr.as_ptr().add(self.offset() as usize) }
     }
 
-    /// Copies `data` (at most [`BULK_SLOT_BYTES`]) to the start of the slot.
+    /// Copies `data` (at most [`capacity`](Self::capacity)) to the start
+    /// of the slot.
     pub fn fill(&self, data: &[u8]) {
-        assert!(data.len() <= BULK_SLOT_BYTES, "bulk fill over a slot");
+        assert!(data.len() <= self.capacity(), "bulk fill over a slot");
         // SAFETY: in the slot (asserted); only this lease writes the slot,
         // and the engine reads it only while a request naming it runs.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr(), data.len()) };
@@ -187,7 +252,7 @@ impl BulkLease {
 
     /// Copies the first `out.len()` bytes of the slot into `out`.
     pub fn copy_to(&self, out: &mut [u8]) {
-        assert!(out.len() <= BULK_SLOT_BYTES, "bulk copy over a slot");
+        assert!(out.len() <= self.capacity(), "bulk copy over a slot");
         // SAFETY: in the slot (asserted); the engine wrote it before its
         // reply, which happened before this call.
         unsafe { std::ptr::copy_nonoverlapping(self.ptr(), out.as_mut_ptr(), out.len()) };
@@ -216,8 +281,13 @@ impl Drop for BulkLease {
         if self.lost {
             return;
         }
-        let mut free = self.area.free.lock().unwrap_or_else(|e| e.into_inner());
-        free.push(self.slot);
+        let list = match self.small {
+            true => &self.area.free_small,
+            false => &self.area.free,
+        };
+        list.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.slot);
     }
 }
 
@@ -233,10 +303,7 @@ impl Client {
     }
 
     fn bulk_lease(&self, len: usize) -> Option<BulkLease> {
-        self.bulk
-            .as_ref()
-            .filter(|_| len <= BULK_SLOT_BYTES)
-            .and_then(BulkArea::lease)
+        self.bulk.as_ref().and_then(|area| area.lease_for(len))
     }
 
     /// The request writing `data` at `offset` of the array under `key`: a
@@ -361,6 +428,42 @@ mod tests {
         assert_eq!(back, [7; 10]);
         c.settle(&Ok(()));
         assert_eq!(area.free_slots(), 1);
+    }
+
+    /// Pieces that fit a small slot take one (up to 8 per slot, past the
+    /// slots), bigger ones or those that find no small slot free take a
+    /// slot, and every slot comes back.
+    #[test]
+    fn small_pieces_take_small_slots() {
+        let area = BulkArea::create(1).unwrap();
+        let small: Vec<BulkLease> = (0..BULK_SMALL_PER_SLOT)
+            .map(|_| area.lease_for(3901).unwrap())
+            .collect();
+        let mut offsets: Vec<u64> = small.iter().map(BulkLease::offset).collect();
+        offsets.sort_unstable();
+        offsets.dedup();
+        assert_eq!(offsets.len(), BULK_SMALL_PER_SLOT);
+        assert!(offsets[0] >= BULK_SLOT_BYTES as u64);
+        let last = offsets[BULK_SMALL_PER_SLOT - 1] as usize + BULK_SMALL_SLOT_BYTES;
+        assert_eq!(last, area.len());
+        for (i, l) in small.iter().enumerate() {
+            l.fill(&[i as u8; 3901]);
+        }
+        for (i, l) in small.iter().enumerate() {
+            let mut back = vec![0; 3901];
+            l.copy_to(&mut back);
+            assert!(back.iter().all(|&b| b == i as u8), "small slot {i}");
+        }
+        // No small slot left: the next small piece takes the slot.
+        let big = area.lease_for(10).unwrap();
+        assert_eq!((big.offset(), big.capacity()), (0, BULK_SLOT_BYTES));
+        assert!(area.lease_for(BULK_SMALL_SLOT_BYTES + 1).is_none());
+        assert!(area.lease_for(BULK_SLOT_BYTES + 1).is_none());
+        drop(small);
+        drop(big);
+        assert_eq!(area.free_bytes(), area.len());
+        let again = area.lease_for(BULK_SMALL_SLOT_BYTES + 1).unwrap();
+        assert_eq!(again.capacity(), BULK_SLOT_BYTES);
     }
 
     #[test]
