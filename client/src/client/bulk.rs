@@ -9,8 +9,9 @@
 //! piece each), followed by [`BULK_SMALL_PER_SLOT`] times as many small
 //! slots of [`BULK_SMALL_SLOT_BYTES`] for small pieces (a 3901-byte
 //! mdtest-hard file took a whole slot, so 128 slots served 128 of the 512
-//! files 8 tasks had in flight, and the rest travelled inside the frames). Every connection of a [`Client`](super::Client) sends the
-//! same fd with its Login. A request takes a slot with [`BulkArea::lease`]
+//! files 8 tasks had in flight, and the rest travelled inside the frames).
+//! Every connection of a [`Client`](super::Client) sends the same fd with
+//! its Login. A request takes a slot with [`BulkArea::lease`]
 //! and gives it back when its reply arrived ([`BulkLease::settle`]); no free
 //! slot means the request carries its bytes in the frame as before.
 //!

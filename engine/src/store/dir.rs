@@ -310,14 +310,26 @@ type Prev<'a> = (&'a [u8], Option<usize>);
 /// is written only when it differs from the previous entry's.
 fn encode_entry(out: &mut Vec<u8>, prev: Prev<'_>, key: &[u8], dkey_len: usize, tail: &[u8]) {
     let shared = prev.0.iter().zip(key).take_while(|(a, b)| a == b).count();
-    let explicit = prev.1 != Some(dkey_len);
-    put_varint(out, shared);
-    put_varint(out, (key.len() - shared) << 1 | usize::from(explicit));
-    if explicit {
-        put_varint(out, dkey_len);
-    }
+    put_header(out, shared, key.len(), prev.1, dkey_len);
     out.extend_from_slice(&key[shared..]);
     out.extend_from_slice(tail);
+}
+
+/// An entry's header: shared bytes, suffix length and explicit-dkey flag,
+/// and the dkey length when it differs from the entry before's.
+pub(super) fn put_header(
+    out: &mut Vec<u8>,
+    shared: usize,
+    key_len: usize,
+    prev_dkey: Option<usize>,
+    dk: usize,
+) {
+    let explicit = prev_dkey != Some(dk);
+    put_varint(out, shared);
+    put_varint(out, (key_len - shared) << 1 | usize::from(explicit));
+    if explicit {
+        put_varint(out, dk);
+    }
 }
 
 /// Where one entry sits in its block.

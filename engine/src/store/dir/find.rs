@@ -12,7 +12,7 @@
 
 use std::cmp::Ordering;
 
-use super::{get_varint, put_varint, tail_end, Directory, Key, Raw, OBJ_BYTES};
+use super::{get_varint, put_header, tail_end, Directory, Key, Raw, OBJ_BYTES};
 
 /// Composite keys up to this length are built on the stack.
 const STACK_KEY_BYTES: usize = 128;
@@ -134,23 +134,6 @@ impl Gap {
             out.extend_from_slice(&b[n.suffix.0..]);
         }
         Some(out)
-    }
-}
-
-/// An entry's header: shared bytes, suffix length and explicit-dkey flag,
-/// and the dkey length when it differs from the entry before's.
-fn put_header(
-    out: &mut Vec<u8>,
-    shared: usize,
-    key_len: usize,
-    prev_dkey: Option<usize>,
-    dk: usize,
-) {
-    let explicit = prev_dkey != Some(dk);
-    put_varint(out, shared);
-    put_varint(out, (key_len - shared) << 1 | usize::from(explicit));
-    if explicit {
-        put_varint(out, dk);
     }
 }
 
