@@ -25,8 +25,15 @@ pub(crate) type Message = Box<dyn FnOnce() + Send>;
 /// cross-thread wakes this once guarded against at 500 µs (2,000 wakeups a
 /// second of an idle xstream) were glommio parking with runnable queues,
 /// fixed in vendor/glommio (vendor/PATCHES.md). A recheck that finds mail
-/// is counted ([`Mesh::lost_wakes`]) and logged.
+/// whose wake is older than [`LOST_AFTER`] is counted ([`Mesh::lost_wakes`])
+/// and logged.
 const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A wake that has not had the pump polled after this long was lost: an
+/// executor runs a woken task within microseconds, and within a scheduler
+/// slice when its thread is preempted. Half the recheck period, so that the
+/// wake happened while the pump was waiting.
+const LOST_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Messages the pump runs before it lets the task queues run.
 const PUMP_BUDGET: usize = 64;
@@ -50,6 +57,8 @@ impl std::fmt::Debug for Mesh {
 
 struct MeshInner {
     uid: u64,
+    /// Origin of the mailboxes' wake stamps.
+    epoch: std::time::Instant,
     mailboxes: Vec<Mailbox>,
     closed: AtomicBool,
 }
@@ -59,9 +68,13 @@ struct Mailbox {
     /// everyone else.
     lanes: Vec<Lane<Message>>,
     waker: AtomicWaker,
+    /// 0 while the pump has seen every wake; else 1 + nanoseconds from the
+    /// mesh epoch to the first push since the pump last looked at its lanes.
+    woken_at: AtomicU64,
     /// Times the idle recheck timer, not a wake, ended the pump's wait.
     rechecks: AtomicU64,
-    /// Of those, times the lanes had mail: a push whose wake was lost.
+    /// Of those, times the lanes had mail whose wake was older than
+    /// [`LOST_AFTER`]: a push whose wake was lost.
     lost_wakes: AtomicU64,
 }
 
@@ -71,6 +84,7 @@ impl Mesh {
             .map(|_| Mailbox {
                 lanes: (0..=xstreams).map(|_| Lane::new(lane_capacity)).collect(),
                 waker: AtomicWaker::new(),
+                woken_at: AtomicU64::new(0),
                 rechecks: AtomicU64::new(0),
                 lost_wakes: AtomicU64::new(0),
             })
@@ -79,6 +93,7 @@ impl Mesh {
         Self {
             inner: Arc::new(MeshInner {
                 uid,
+                epoch: std::time::Instant::now(),
                 mailboxes,
                 closed: AtomicBool::new(false),
             }),
@@ -269,7 +284,17 @@ impl Mesh {
             while mailbox.lanes[lane].pop().is_some() {}
             return;
         }
+        if mailbox.woken_at.load(Ordering::Relaxed) == 0 {
+            let stamp = self.stamp();
+            let _ =
+                (mailbox.woken_at).compare_exchange(0, stamp, Ordering::SeqCst, Ordering::Relaxed);
+        }
         mailbox.waker.wake();
+    }
+
+    /// 1 + nanoseconds since the mesh epoch (never 0).
+    fn stamp(&self) -> u64 {
+        1 + self.inner.epoch.elapsed().as_nanos() as u64
     }
 
     pub(crate) fn push(&self, xs: XstreamId, message: Message) -> Push {
@@ -318,12 +343,15 @@ impl Mesh {
                 };
                 let recheck = glommio::timer::Timer::new(IDLE_RECHECK);
                 let (mail, recheck) = (std::pin::pin!(mail), std::pin::pin!(recheck));
+                // The timer is polled first, so that mail found when it has
+                // fired is seen by `note_recheck` (polled second, the mail
+                // would win and a lost wake would never be counted).
                 let timed_out = matches!(
-                    futures::future::select(mail, recheck).await,
-                    futures::future::Either::Right(_)
+                    futures::future::select(recheck, mail).await,
+                    futures::future::Either::Left(_)
                 );
                 if timed_out {
-                    mailbox.note_recheck(me);
+                    mailbox.note_recheck(me, self.stamp());
                 }
             }
         }
@@ -377,10 +405,13 @@ impl Mailbox {
     }
 
     /// Counts a wait the recheck timer ended, and a lost wake if there was
-    /// mail (logged the first time).
-    fn note_recheck(&self, me: XstreamId) {
+    /// mail whose wake is older than [`LOST_AFTER`] (logged the first
+    /// time). Younger mail raced the timer: its wake is on its way.
+    fn note_recheck(&self, me: XstreamId, now: u64) {
         self.rechecks.fetch_add(1, Ordering::Relaxed);
-        if self.has_mail() && self.lost_wakes.fetch_add(1, Ordering::Relaxed) == 0 {
+        let woken_at = self.woken_at.load(Ordering::SeqCst);
+        let stale = woken_at != 0 && now.saturating_sub(woken_at) >= LOST_AFTER.as_nanos() as u64;
+        if stale && self.has_mail() && self.lost_wakes.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::warn!(xstream = me.0, "mailbox pump found mail its waker missed");
         }
     }
@@ -396,11 +427,62 @@ impl Future for WaitForMail<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         self.mailbox.waker.register(cx.waker());
+        // Pushes from here on stamp their wake; earlier ones are seen below.
+        self.mailbox.woken_at.store(0, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if self.mailbox.has_mail() || self.closed.load(Ordering::SeqCst) {
             Poll::Ready(())
         } else {
             Poll::Pending
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{XstreamConfig, XstreamSet};
+
+    /// What an executor that loses a wake looks like to the pump: a pushed
+    /// message, its wake stamped, the waker never called. The stamp is
+    /// back-dated by [`LOST_AFTER`] so that the count does not depend on
+    /// when in the recheck period the push lands.
+    fn push_unwoken(mesh: &Mesh, xs: XstreamId, message: Message) {
+        let (mailbox, lane) = mesh.route(xs).unwrap();
+        assert!(mailbox.lanes[lane].try_push(message).is_ok());
+        let stamp = mesh
+            .stamp()
+            .saturating_sub(LOST_AFTER.as_nanos() as u64)
+            .max(1);
+        let _ = (mailbox.woken_at).compare_exchange(0, stamp, Ordering::SeqCst, Ordering::Relaxed);
+    }
+
+    /// The recheck finds the message, runs it, and counts the lost wake;
+    /// messages pushed the normal way are not counted.
+    #[test]
+    fn a_lost_wake_is_found_by_the_recheck_and_counted() {
+        let set = XstreamSet::start(XstreamConfig::default().with_cores(vec![0])).unwrap();
+        let mesh = set.mesh().clone();
+        let xs = XstreamId(0);
+        for k in 0..50usize {
+            let got = futures::executor::block_on(mesh.run_on(
+                xs,
+                TaskClass::Foreground,
+                move || async move { k },
+            ));
+            assert_eq!(got.unwrap(), k);
+        }
+        assert_eq!(mesh.lost_wakes(), 0);
+        // Let the pump go idle, then hide a message from it.
+        std::thread::sleep(Duration::from_millis(5));
+        let (tx, rx) = mpsc::channel();
+        push_unwoken(&mesh, xs, Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("the recheck runs the message");
+        assert_eq!(mesh.lost_wakes(), 1);
+        set.shutdown().unwrap();
     }
 }

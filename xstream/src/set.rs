@@ -53,6 +53,7 @@ impl XstreamSet {
     {
         let cores = checks::resolve_cores(config.cores.as_deref())?;
         checks::check_io_uring()?;
+        checks::register_membarrier();
         let io_memory = checks::io_memory_for_limit(config.io_memory_bytes, cores.len())?;
         let mesh = Mesh::new(cores.len(), config.mailbox_capacity);
         let init = Arc::new(init);
