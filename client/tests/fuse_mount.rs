@@ -24,22 +24,45 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 struct Mount {
     child: Child,
     dir: PathBuf,
+    /// The mount process's TMPDIR, where its embedded engine lives.
+    tmp: PathBuf,
 }
 
 impl Mount {
     fn start(dir: &Path) -> Self {
+        let tmp = dir.with_extension("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
             .arg("mount")
             .arg(dir)
+            .env("TMPDIR", &tmp)
             .stdout(Stdio::null())
             .spawn()
             .expect("spawn ferrite mount");
         let m = Self {
             child,
             dir: dir.to_path_buf(),
+            tmp,
         };
         wait_for("the mount", || is_mounted(dir));
         m
+    }
+
+    /// Waits (bounded) for the mount process to exit on its own, checks
+    /// that it succeeded and removed its embedded engine's directory.
+    fn expect_clean_exit(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "the mount process did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "exit status {status}");
+        assert!(!is_mounted(&self.dir), "still mounted");
+        let left: Vec<_> = std::fs::read_dir(&self.tmp).unwrap().collect();
+        assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
     }
 }
 
@@ -113,7 +136,7 @@ fn standard_tools_work_on_the_mount() {
     )
     .unwrap();
     std::os::unix::fs::symlink("f01.txt", src.join("sub/link")).unwrap();
-    let m = Mount::start(&mnt);
+    let mut m = Mount::start(&mnt);
     let s = src.display();
     // cp -a and a byte-for-byte comparison, symlinks included.
     sh(
@@ -163,7 +186,7 @@ fn standard_tools_work_on_the_mount() {
         .unwrap();
     assert!(st.success());
     assert!(!is_mounted(&mnt));
-    drop(m);
+    m.expect_clean_exit();
 }
 
 #[test]
@@ -178,14 +201,5 @@ fn sigterm_unmounts_cleanly() {
     std::fs::write(mnt.join("x"), b"data").unwrap();
     // SAFETY: sending a signal to our own child.
     unsafe { libc::kill(m.child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(s) = m.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "mount did not exit on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "exit status {status}");
-    assert!(!is_mounted(&mnt), "still mounted after SIGTERM");
+    m.expect_clean_exit();
 }
