@@ -37,6 +37,7 @@ impl Mount {
             .arg(dir)
             .env("TMPDIR", &tmp)
             .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.with_extension("log")).unwrap())
             .spawn()
             .expect("spawn ferrite mount");
         let m = Self {
@@ -63,6 +64,8 @@ impl Mount {
         assert!(!is_mounted(&self.dir), "still mounted");
         let left: Vec<_> = std::fs::read_dir(&self.tmp).unwrap().collect();
         assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+        let log = std::fs::read_to_string(self.dir.with_extension("log")).unwrap();
+        assert!(!log.contains("ERROR"), "errors logged: {log}");
     }
 }
 

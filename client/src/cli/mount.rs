@@ -96,7 +96,27 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         }
     }
     session.join();
+    if is_mounted(&a.mountpoint) {
+        bail!(
+            "{} is still mounted; try `ferrite umount {0}`",
+            a.mountpoint.display()
+        );
+    }
     Ok(())
+}
+
+/// True if `dir` is a mount point in /proc/self/mounts (paths as the kernel
+/// prints them: octal escapes for blanks, which a mount point made by
+/// `ferrite mount` with such a name would also carry).
+fn is_mounted(dir: &std::path::Path) -> bool {
+    let dir = (dir.canonicalize())
+        .or_else(|_| std::path::absolute(dir))
+        .unwrap_or_else(|_| dir.to_path_buf());
+    let want = dir.to_string_lossy().replace(' ', "\\040");
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(want.as_str()))
 }
 
 pub fn umount(a: UmountArgs) -> anyhow::Result<()> {
