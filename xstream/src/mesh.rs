@@ -287,11 +287,7 @@ impl Mesh {
             while mailbox.lanes[lane].pop().is_some() {}
             return;
         }
-        if mailbox.woken_at.load(Ordering::Relaxed) == 0 {
-            let stamp = self.stamp();
-            let _ =
-                (mailbox.woken_at).compare_exchange(0, stamp, Ordering::SeqCst, Ordering::Relaxed);
-        }
+        mailbox.stamp_wake(|| self.stamp());
         mailbox.waker.wake();
     }
 
@@ -408,6 +404,15 @@ impl Mailbox {
         self.lanes.iter().any(|l| !l.is_empty())
     }
 
+    /// Records `stamp()` as the time of the first wake since the pump last
+    /// looked at its lanes (the clock is read only for that one).
+    fn stamp_wake(&self, stamp: impl FnOnce() -> u64) {
+        if self.woken_at.load(Ordering::Relaxed) == 0 {
+            let _ =
+                (self.woken_at).compare_exchange(0, stamp(), Ordering::SeqCst, Ordering::Relaxed);
+        }
+    }
+
     /// Counts a wait (begun at `since`) the recheck timer ended at `now`,
     /// and a lost wake if there was mail whose wake is older than
     /// [`LOST_AFTER`] (logged the first time). Younger mail raced the timer:
@@ -470,11 +475,10 @@ mod tests {
     fn push_unwoken(mesh: &Mesh, xs: XstreamId, message: Message) {
         let (mailbox, lane) = mesh.route(xs).unwrap();
         assert!(mailbox.lanes[lane].try_push(message).is_ok());
-        let stamp = mesh
-            .stamp()
-            .saturating_sub(LOST_AFTER.as_nanos() as u64)
-            .max(1);
-        let _ = (mailbox.woken_at).compare_exchange(0, stamp, Ordering::SeqCst, Ordering::Relaxed);
+        mailbox.stamp_wake(|| {
+            let stamp = mesh.stamp();
+            stamp.saturating_sub(LOST_AFTER.as_nanos() as u64).max(1)
+        });
     }
 
     /// The recheck finds the message, runs it, and counts the lost wake;
