@@ -15,8 +15,9 @@ use ferrite_proto::rpc::{
 
 use crate::server::BulkSlice;
 use crate::store::{
-    Condition, Conditional, Durability, Store, StoreConfig, StoreError, StoreRegions,
+    Condition, Conditional, Durability, Store, StoreConfig, StoreError, StoreRegions, WriteOp,
 };
+use ferrite_proto::key::RecordKey;
 
 /// Most keys one list request returns from one target.
 pub const LIST_LIMIT_MAX: usize = ferrite_proto::rpc::message::MAX_LIST_KEYS;
@@ -201,21 +202,103 @@ pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
     }
 }
 
-/// Runs several updates against this xstream's target as one group: they
-/// are appended in order and acknowledged together once the commit that
-/// carries them is durable ([`Store::update_many`]). One reply per update,
-/// in order.
-pub async fn handle_updates(updates: Vec<(Key, Vec<u8>)>) -> Vec<Reply> {
+/// Is `req` a write [`handle_writes`] takes: an update, a conditional
+/// update, or a punch of an akey or a dkey?
+pub fn is_group_write(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Update { .. }
+            | Request::CondUpdate { .. }
+            | Request::Punch {
+                scope: PunchScope::Akey | PunchScope::Dkey,
+                ..
+            }
+    )
+}
+
+/// Runs several writes (each [`is_group_write`]) against this xstream's
+/// target as one group: appended in order and acknowledged together once
+/// the commit that carries them is durable ([`Store::write_many`]). One
+/// reply per write, in order, each what the write alone gets.
+pub async fn handle_writes(writes: Vec<Request>) -> Vec<Reply> {
     let t = match serving(true) {
         Ok(t) => t,
-        Err(refusal) => return vec![refusal; updates.len()],
+        Err(refusal) => return vec![refusal; writes.len()],
     };
-    let items: Vec<_> = updates
-        .iter()
-        .map(|(key, value)| (key.as_record_key(), value.as_slice()))
-        .collect();
-    let results = t.store.update_many(&items).await;
-    results.into_iter().map(version).collect()
+    let ops: Vec<Option<WriteOp<'_>>> = writes.iter().map(write_op).collect();
+    let valid: Vec<WriteOp<'_>> = ops.iter().flatten().copied().collect();
+    let mut done = t.store.write_many(&valid).await.into_iter();
+    let replies = writes.iter().zip(&ops).map(|(req, op)| match (req, op) {
+        (_, None) => Reply::error(
+            ErrorCode::Internal,
+            format!("{:?} is not a group write", req.kind()),
+        ),
+        (Request::CondUpdate { .. }, Some(_)) => cond_reply(done.next()),
+        (_, Some(_)) => match done.next() {
+            Some(Ok(Conditional::Applied(v))) => Reply::Version(v),
+            Some(Err(e)) => store_error(e),
+            other => Reply::error(ErrorCode::Internal, format!("write outcome {other:?}")),
+        },
+    });
+    replies.collect()
+}
+
+/// The store's op for a group write (`None`: not one).
+fn write_op(req: &Request) -> Option<WriteOp<'_>> {
+    Some(match req {
+        Request::Update { key, value } => WriteOp::Update {
+            key: key.as_record_key(),
+            value,
+        },
+        Request::CondUpdate {
+            key,
+            expected_version,
+            value,
+        } => WriteOp::UpdateIf {
+            key: key.as_record_key(),
+            value,
+            cond: condition(*expected_version),
+        },
+        Request::Punch {
+            scope: PunchScope::Akey,
+            key,
+        } => WriteOp::Punch {
+            key: key.as_record_key(),
+            dkey: false,
+        },
+        Request::Punch {
+            scope: PunchScope::Dkey,
+            key,
+        } => WriteOp::Punch {
+            key: RecordKey::new(key.container, key.object, &key.dkey, b""),
+            dkey: true,
+        },
+        _ => return None,
+    })
+}
+
+/// The condition a `CondUpdate` names (expected version 0: absent).
+fn condition(expected_version: u64) -> Condition {
+    match expected_version {
+        0 => Condition::Absent,
+        v => Condition::Version(v),
+    }
+}
+
+/// The reply to a `CondUpdate`.
+fn cond_reply(outcome: Option<Result<Conditional, StoreError>>) -> Reply {
+    match outcome {
+        Some(Ok(Conditional::Applied(v))) => Reply::Cond {
+            applied: true,
+            version: v,
+        },
+        Some(Ok(Conditional::Conflict(v))) => Reply::Cond {
+            applied: false,
+            version: v.unwrap_or(0),
+        },
+        Some(Err(e)) => store_error(e),
+        None => Reply::error(ErrorCode::Internal, "no outcome for a conditional update"),
+    }
 }
 
 /// Fetches `keys` from this xstream's target with one
@@ -287,21 +370,8 @@ pub async fn handle(req: Request) -> Reply {
             expected_version,
             value,
         } => {
-            let cond = match expected_version {
-                0 => Condition::Absent,
-                v => Condition::Version(v),
-            };
-            match s.update_if(&key.as_record_key(), &value, cond).await {
-                Ok(Conditional::Applied(v)) => Reply::Cond {
-                    applied: true,
-                    version: v,
-                },
-                Ok(Conditional::Conflict(v)) => Reply::Cond {
-                    applied: false,
-                    version: v.unwrap_or(0),
-                },
-                Err(e) => store_error(e),
-            }
+            let cond = condition(expected_version);
+            cond_reply(Some(s.update_if(&key.as_record_key(), &value, cond).await))
         }
         Request::ExtentWrite { key, offset, data } => {
             version(s.update_extent(&key.as_record_key(), offset, &data).await)

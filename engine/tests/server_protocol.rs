@@ -356,6 +356,79 @@ fn a_batch_of_updates_for_both_targets_answers_in_item_order() {
     drop(engine);
 }
 
+/// A batch of creates and deletes (conditional inserts and punches, as a
+/// client's batch of files sends them) for both targets, grouped per target
+/// by the router: one reply per item, in order, each what its item gets
+/// alone run in order: of two inserts of one name the first wins, an insert
+/// of an existing name conflicts with its version, punched keys are gone.
+#[test]
+fn a_batch_of_creates_and_deletes_answers_as_its_items_in_order() {
+    let dir = temp_dir();
+    let engine = EngineProcess::start(dir.path(), &[]);
+    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let existing = update(&mut c, &key(3, "there", "e"), b"old");
+    let doomed: Vec<_> = (0..8).map(|i| key(3, &format!("doomed{i}"), "e")).collect();
+    for k in &doomed {
+        update(&mut c, k, b"x");
+    }
+    update(&mut c, &key(3, "dk", "a1"), b"1");
+    update(&mut c, &key(3, "dk", "a2"), b"2");
+    let insert = |name: &str, value: &[u8]| Request::CondUpdate {
+        key: key(3, name, "e"),
+        expected_version: 0,
+        value: value.to_vec(),
+    };
+    let mut batch: Vec<Request> = (0..40).map(|i| insert(&format!("n{i}"), b"new")).collect();
+    batch.push(insert("n5", b"again"));
+    batch.push(insert("there", b"taken"));
+    batch.extend(doomed.iter().map(|k| Request::Punch {
+        scope: PunchScope::Akey,
+        key: k.clone(),
+    }));
+    batch.push(Request::Punch {
+        scope: PunchScope::Dkey,
+        key: key(3, "dk", ""),
+    });
+    let Reply::Batch(replies) = c.call(&Request::Batch(batch.clone())).unwrap() else {
+        panic!("batch")
+    };
+    assert_eq!(replies.len(), batch.len());
+    for (i, r) in replies.iter().enumerate() {
+        match i {
+            0..40 => assert!(
+                matches!(r, Reply::Cond { applied: true, .. }),
+                "item {i}: {r:?}"
+            ),
+            40 => assert!(
+                matches!(r, Reply::Cond { applied: false, version } if *version > 0),
+                "{r:?}"
+            ),
+            41 => assert_eq!(
+                r,
+                &Reply::Cond {
+                    applied: false,
+                    version: existing
+                }
+            ),
+            _ => assert!(matches!(r, Reply::Version(_)), "item {i}: {r:?}"),
+        }
+    }
+    for i in 0..40 {
+        let got = fetch(&mut c, &key(3, &format!("n{i}"), "e")).map(|f| f.value);
+        assert_eq!(got.as_deref(), Some(&b"new"[..]), "n{i}");
+    }
+    assert_eq!(fetch(&mut c, &key(3, "there", "e")).unwrap().value, b"old");
+    for k in doomed
+        .iter()
+        .chain([&key(3, "dk", "a1"), &key(3, "dk", "a2")])
+    {
+        assert_eq!(fetch(&mut c, k), None, "{k:?} survived its punch");
+    }
+    let owners: std::collections::HashSet<_> = batch.iter().map(|r| r.owner(2)).collect();
+    assert_eq!(owners.len(), 2, "the batch did not span both targets");
+    drop(engine);
+}
+
 #[test]
 fn one_sided_reads_over_tcp_and_shm_match_acknowledged_values() {
     let dir = temp_dir();

@@ -7,7 +7,7 @@
 
 use ferrite_bdev::wrap::CrashBdev;
 use ferrite_bdev::BdevRef;
-use ferrite_engine::store::{Durability, Store, StoreConfig};
+use ferrite_engine::store::{Condition, Conditional, Durability, Store, StoreConfig, WriteOp};
 use ferrite_proto::key::RecordKey;
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,12 +139,14 @@ fn background_flush_makes_process_durability_writes_stable() {
         .unwrap();
 }
 
-/// `update_many` appends a group in order and acknowledges it after one
-/// commit: every update it acknowledged is on the device (flushed, under
-/// device durability) and survives a power loss; an update the store
-/// refuses (a byte array's key, an oversized value) fails alone.
+/// `write_many` appends a group in order and acknowledges it after one
+/// commit: every write it acknowledged (updates, conditional inserts,
+/// punches) is on the device (flushed, under device durability) and
+/// survives a power loss; a write the store refuses (a byte array's key,
+/// an oversized value) fails alone, and an insert of a name that exists
+/// conflicts without a record.
 #[test]
-fn a_group_of_updates_is_one_commit_and_survives_power_loss() {
+fn a_group_of_writes_is_one_commit_and_survives_power_loss() {
     glommio::LocalExecutorBuilder::default()
         .spawn(|| async move {
             let crash = Arc::new(CrashBdev::new(ferrite_bdev::open("malloc:8M").unwrap()));
@@ -153,31 +155,79 @@ fn a_group_of_updates_is_one_commit_and_survives_power_loss() {
             let store = Store::open(bdev.clone(), config.clone()).await.unwrap();
             let array = RecordKey::new(1, 9, b"d", b"array");
             store.update_extent(&array, 0, b"bytes").await.unwrap();
+            let (gone, taken) = (
+                RecordKey::new(1, 9, b"d", b"gone"),
+                RecordKey::new(1, 9, b"d", b"taken"),
+            );
+            store.update(&gone, b"old").await.unwrap();
+            let taken_version = store.update(&taken, b"first").await.unwrap();
             let keys: Vec<Vec<u8>> = (0..KEYS).map(key).collect();
             let big = vec![0u8; ferrite_proto::record::VALUE_MAX_BYTES + 1];
             let values: Vec<Vec<u8>> = (0..KEYS).map(|k| value(k, 1)).collect();
-            let mut items: Vec<(RecordKey<'_>, &[u8])> = keys
+            // Even keys are plain updates, odd ones inserts of new names.
+            let mut ops: Vec<WriteOp<'_>> = keys
                 .iter()
                 .zip(&values)
-                .map(|(k, v)| (RecordKey::new(1, 9, b"d", k), v.as_slice()))
+                .enumerate()
+                .map(|(k, (kb, v))| {
+                    let key = RecordKey::new(1, 9, b"d", kb);
+                    match k % 2 {
+                        0 => WriteOp::Update { key, value: v },
+                        _ => WriteOp::UpdateIf {
+                            key,
+                            value: v,
+                            cond: Condition::Absent,
+                        },
+                    }
+                })
                 .collect();
-            items.insert(3, (array, b"single"));
-            items.insert(7, (RecordKey::new(1, 9, b"d", b"big"), &big));
+            ops.insert(
+                3,
+                WriteOp::Update {
+                    key: array,
+                    value: b"single",
+                },
+            );
+            let big_key = RecordKey::new(1, 9, b"d", b"big");
+            ops.insert(
+                7,
+                WriteOp::Update {
+                    key: big_key,
+                    value: &big,
+                },
+            );
+            ops.insert(
+                9,
+                WriteOp::Punch {
+                    key: gone,
+                    dkey: false,
+                },
+            );
+            let insert_taken = WriteOp::UpdateIf {
+                key: taken,
+                value: b"second",
+                cond: Condition::Absent,
+            };
+            ops.insert(11, insert_taken);
             let commits = store.stats().commits;
-            let results = store.update_many(&items).await;
+            let results = store.write_many(&ops).await;
             assert_eq!(store.stats().commits, commits + 1, "not one commit");
             assert_eq!(crash.unflushed_writes(), 0, "acknowledged before the flush");
-            assert_eq!(results.len(), items.len());
+            assert_eq!(results.len(), ops.len());
             let mut last = 0;
             for (i, r) in results.iter().enumerate() {
                 match (i, r) {
                     (3, r) => assert!(r.is_err(), "an array's key took a single value"),
                     (7, r) => assert!(r.is_err(), "an oversized value was taken"),
-                    (_, Ok(v)) => {
+                    (11, r) => assert_eq!(
+                        r.as_ref().ok(),
+                        Some(&Conditional::Conflict(Some(taken_version)))
+                    ),
+                    (_, Ok(Conditional::Applied(v))) => {
                         assert!(*v > last, "versions out of item order");
                         last = *v;
                     }
-                    (_, Err(e)) => panic!("item {i}: {e}"),
+                    (_, r) => panic!("item {i}: {r:?}"),
                 }
             }
             let report = crash.crash(3).await.unwrap();
@@ -190,6 +240,87 @@ fn a_group_of_updates_is_one_commit_and_survives_power_loss() {
             }
             let got = store.fetch_extent(&array, 0, 5).await.unwrap();
             assert_eq!(got.map(|(_, v)| v), Some(b"bytes".to_vec()));
+            assert_eq!(
+                store.fetch(&gone).await.unwrap(),
+                None,
+                "the punch was lost"
+            );
+            let got = store.fetch(&taken).await.unwrap();
+            assert_eq!(got.map(|(_, v)| v), Some(b"first".to_vec()));
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+/// A group's outcomes are those of its writes run in order, also when
+/// several touch one key: of two inserts of one name the first wins; an
+/// insert after a punch of its name in the same group succeeds; an insert
+/// whose name's fate is pending waits for it, and the writes after it
+/// still apply after it (the last update of a key is its value).
+#[test]
+fn a_group_with_writes_of_one_key_runs_them_in_order() {
+    glommio::LocalExecutorBuilder::default()
+        .spawn(|| async move {
+            let bdev = ferrite_bdev::open("malloc:8M").unwrap();
+            let config = cfg(Durability::Device, Duration::from_secs(3600));
+            let store = Store::open(bdev, config).await.unwrap();
+            let k = |name: &'static [u8]| RecordKey::new(1, 9, b"d", name);
+            store.update(&k(b"old"), b"x").await.unwrap();
+            let absent = Condition::Absent;
+            let ops = [
+                WriteOp::UpdateIf {
+                    key: k(b"new"),
+                    value: b"a",
+                    cond: absent,
+                },
+                WriteOp::UpdateIf {
+                    key: k(b"new"),
+                    value: b"b",
+                    cond: absent,
+                },
+                WriteOp::Punch {
+                    key: k(b"old"),
+                    dkey: false,
+                },
+                WriteOp::UpdateIf {
+                    key: k(b"old"),
+                    value: b"y",
+                    cond: absent,
+                },
+                WriteOp::Update {
+                    key: k(b"new"),
+                    value: b"c",
+                },
+                WriteOp::UpdateIf {
+                    key: k(b"late"),
+                    value: b"z",
+                    cond: absent,
+                },
+            ];
+            let out: Vec<_> = store
+                .write_many(&ops)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            let applied = |c: &Conditional| matches!(c, Conditional::Applied(_));
+            assert!(applied(&out[0]), "{out:?}");
+            assert!(matches!(out[1], Conditional::Conflict(Some(_))), "{out:?}");
+            assert!(
+                out.iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i != 1)
+                    .all(|(_, c)| applied(c)),
+                "{out:?}"
+            );
+            for (name, want) in [(&b"new"[..], &b"c"[..]), (b"old", b"y"), (b"late", b"z")] {
+                let got = store
+                    .fetch(&RecordKey::new(1, 9, b"d", name))
+                    .await
+                    .unwrap();
+                assert_eq!(got.map(|(_, v)| v).as_deref(), Some(want));
+            }
         })
         .unwrap()
         .join()

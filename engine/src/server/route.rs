@@ -45,10 +45,12 @@ fn push_grouped<T>(groups: &mut Vec<Group<T>>, t: usize, i: usize, item: T) {
 }
 
 /// Runs the items of a batch (or a burst of pipelined requests) and returns
-/// their replies in order. Its updates bound for one target travel there as
-/// one message and are appended and committed as one group
-/// ([`target::handle_updates`]: one mesh crossing, one task and one wait for
-/// durability per target instead of per update); its fetches of one target
+/// their replies in order. Its writes bound for one target (updates,
+/// conditional updates and punches of akeys or dkeys: the creates and
+/// deletes of a batch of files) travel there as one message and are
+/// appended and committed as one group ([`target::handle_writes`]: one mesh
+/// crossing, one task and one wait for durability per target instead of
+/// per write); its fetches of one target
 /// go there together and run as one `Store::fetch_batch`, which overlaps
 /// their memory loads ([`target::handle_fetches`]). Every other item runs on
 /// its own. Groups and other items all run concurrently.
@@ -58,20 +60,20 @@ pub(crate) async fn execute_batch(
     bulk: Option<&Arc<BulkRegion>>,
 ) -> Vec<Reply> {
     let count = items.len();
-    let mut updates: Vec<Group<(Key, Vec<u8>)>> = Vec::new();
+    let mut writes: Vec<Group<Request>> = Vec::new();
     let mut fetches: Vec<Group<Key>> = Vec::new();
     let mut others = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
         let t = owner(shared, &item);
         match item {
-            Request::Update { key, value } => push_grouped(&mut updates, t, i, (key, value)),
             Request::Fetch { key } => push_grouped(&mut fetches, t, i, key),
+            write if target::is_group_write(&write) => push_grouped(&mut writes, t, i, write),
             other => others.push((i, other)),
         }
     }
-    let updates = updates
+    let writes = writes
         .into_iter()
-        .map(|(t, at, group)| async move { (at, updates_on_target(shared, t, group).await) });
+        .map(|(t, at, group)| async move { (at, writes_on_target(shared, t, group).await) });
     let fetches = fetches
         .into_iter()
         .map(|(t, at, keys)| async move { (at, fetches_on_target(shared, t, keys).await) });
@@ -79,7 +81,7 @@ pub(crate) async fn execute_batch(
         .into_iter()
         .map(|(i, req)| async move { (vec![i], vec![execute_one(shared, req, bulk).await]) });
     let (updated, fetched, ran) =
-        futures::join!(join_all(updates), join_all(fetches), join_all(singles));
+        futures::join!(join_all(writes), join_all(fetches), join_all(singles));
     let mut replies: Vec<Option<Reply>> = vec![None; count];
     for (at, group) in updated.into_iter().chain(fetched).chain(ran) {
         for (i, reply) in at.into_iter().zip(group) {
@@ -92,15 +94,11 @@ pub(crate) async fn execute_batch(
         .collect()
 }
 
-/// Runs a group of updates on target `t`'s xstream; notes a target turned
+/// Runs a group of writes on target `t`'s xstream; notes a target turned
 /// read-only.
-async fn updates_on_target(
-    shared: &Arc<Shared>,
-    t: usize,
-    group: Vec<(Key, Vec<u8>)>,
-) -> Vec<Reply> {
+async fn writes_on_target(shared: &Arc<Shared>, t: usize, group: Vec<Request>) -> Vec<Reply> {
     let count = group.len();
-    let replies = on_xstream(shared, t, move || target::handle_updates(group))
+    let replies = on_xstream(shared, t, move || target::handle_writes(group))
         .await
         .unwrap_or_else(|e| vec![Reply::error(ErrorCode::ShuttingDown, e); count]);
     for reply in &replies {
@@ -169,12 +167,14 @@ async fn execute_one(shared: &Arc<Shared>, req: Request, bulk: Option<&Arc<BulkR
             }
             Reply::Synced
         }
-        Request::ListDkeys { limit, .. } => merge_keys(fan_out(shared, &req).await, limit as usize),
+        Request::ListDkeys { limit, .. } => {
+            merge_keys(fan_out_list(shared, &req).await, limit as usize)
+        }
         Request::ListObjects { limit, .. } => {
             merge_objects(fan_out(shared, &req).await, limit as usize)
         }
         Request::ListValues { limit, .. } => {
-            merge_values(fan_out(shared, &req).await, limit as usize)
+            merge_values(fan_out_list(shared, &req).await, limit as usize)
         }
         Request::Punch {
             scope: PunchScope::Object,
@@ -308,33 +308,67 @@ fn merge_values(replies: Vec<Reply>, limit: usize) -> Reply {
     })
 }
 
-/// Sorts and dedups what `split` takes out of each reply, cuts it to
+/// Sorts and dedups what `split` takes out of each reply and keeps the
+/// exact prefix of the listing: a target that has more listed its entries
+/// only up to its last one, so nothing past the smallest such last entry is
+/// kept (another target's entries may be missing there); then cuts it to
 /// `limit` (then more follow); the first error reply wins.
-fn merge<T: Ord>(
+fn merge<T: Ord + Clone>(
     replies: Vec<Reply>,
     limit: usize,
     split: impl Fn(Reply) -> Result<(Vec<T>, bool), Reply>,
     join: impl FnOnce(Vec<T>, bool) -> Reply,
 ) -> Reply {
     let limit = limit.clamp(1, target::LIST_LIMIT_MAX);
-    let mut all = Vec::new();
-    let mut more = false;
+    let mut lists = Vec::with_capacity(replies.len());
     for reply in replies {
         match split(reply) {
-            Ok((mut items, m)) => {
-                all.append(&mut items);
-                more |= m;
-            }
+            Ok(list) => lists.push(list),
             Err(error) => return error,
         }
     }
+    let cutoff = (lists.iter())
+        .filter(|(_, more)| *more)
+        .filter_map(|(items, _)| items.last())
+        .min()
+        .cloned();
+    let mut more = lists.iter().any(|(_, more)| *more);
+    let mut all: Vec<T> = lists.into_iter().flat_map(|(items, _)| items).collect();
     all.sort();
     all.dedup();
+    if let Some(cutoff) = cutoff {
+        all.truncate(all.partition_point(|item| *item <= cutoff));
+    }
     if all.len() > limit {
         all.truncate(limit);
         more = true;
     }
     join(all, more)
+}
+
+/// Entries each of `targets` targets lists for a merged page of `limit`
+/// keys that hash over them (dkeys, values): its share of the page with a
+/// quarter and [`LIST_SPARE`] to spare, so that together they list about
+/// a page and a quarter, not a page each, of which the merge kept one (a
+/// directory read page by page was listed twice over by two targets).
+/// The merge keeps the exact prefix whatever each target listed.
+fn per_target_limit(limit: u32, targets: usize) -> u32 {
+    let limit = limit.clamp(1, target::LIST_LIMIT_MAX as u32);
+    let share = (u64::from(limit) * 5).div_ceil(4 * targets.max(1) as u64) + LIST_SPARE;
+    share.min(u64::from(limit)) as u32
+}
+
+/// Entries each target lists beyond its share of a page.
+const LIST_SPARE: u64 = 8;
+
+/// `req` (a ListDkeys or ListValues) on every target, each asked for its
+/// share of the page ([`per_target_limit`]).
+async fn fan_out_list(shared: &Arc<Shared>, req: &Request) -> Vec<Reply> {
+    let mut req = req.clone();
+    if let Request::ListDkeys { limit, .. } | Request::ListValues { limit, .. } = &mut req {
+        *limit = per_target_limit(*limit, shared.target_count() as usize);
+    }
+    fan_out(shared, &req).await
 }
 
 #[cfg(test)]
@@ -402,5 +436,74 @@ mod tests {
         assert_eq!(merged, want);
         let err = Reply::error(ErrorCode::Io, "x");
         assert_eq!(merge_values(vec![err.clone(), want], 4), err);
+    }
+
+    /// Past the smallest last entry of a target that has more, nothing is
+    /// kept: that target's next entries may lie before the others'.
+    #[test]
+    fn merge_stops_where_a_target_with_more_stopped() {
+        let keys = |keys: &[&str], more| Reply::Keys {
+            keys: keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            more,
+        };
+        let merged = merge_keys(
+            vec![
+                keys(&["a", "c", "e"], true),
+                keys(&["b", "d", "f", "g"], false),
+            ],
+            10,
+        );
+        assert_eq!(merged, keys(&["a", "b", "c", "d", "e"], true));
+        let merged = merge_keys(vec![keys(&["a", "c"], false), keys(&["b", "d"], false)], 10);
+        assert_eq!(merged, keys(&["a", "b", "c", "d"], false));
+    }
+
+    /// Paging through keys spread over targets, each target asked for its
+    /// share of a page, lists every key once, in order, for page sizes
+    /// from 1 up, and pages are nearly full.
+    #[test]
+    fn pages_of_target_shares_list_every_key_once() {
+        for targets in 1..=4usize {
+            for limit in [1u32, 2, 7, 64, 1024] {
+                let all: Vec<Vec<u8>> = (0u32..1000).map(|k| k.to_be_bytes().to_vec()).collect();
+                // A fixed, uneven spread (as hashing gives).
+                let on = |k: &Vec<u8>| {
+                    (k.iter().map(|b| *b as usize * 31).sum::<usize>() * 7 + 3) % targets
+                };
+                let share = per_target_limit(limit, targets) as usize;
+                let (mut listed, mut after, mut pages) = (Vec::new(), None::<Vec<u8>>, 0);
+                loop {
+                    let replies = (0..targets)
+                        .map(|t| {
+                            let mut keys: Vec<Vec<u8>> = (all.iter())
+                                .filter(|k| on(k) == t && after.as_ref().is_none_or(|a| *k > a))
+                                .take(share + 1)
+                                .cloned()
+                                .collect();
+                            let more = keys.len() > share;
+                            keys.truncate(share);
+                            Reply::Keys { keys, more }
+                        })
+                        .collect();
+                    let Reply::Keys { keys, more } = merge_keys(replies, limit as usize) else {
+                        panic!("not keys");
+                    };
+                    assert!(!keys.is_empty() || !more, "an empty page with more");
+                    after = keys.last().cloned().or(after);
+                    listed.extend(keys);
+                    pages += 1;
+                    assert!(pages <= 1000, "{targets} targets, limit {limit}: no end");
+                    if !more {
+                        break;
+                    }
+                }
+                assert_eq!(listed, all, "{targets} targets, limit {limit}");
+                let full = all.len().div_ceil(limit as usize);
+                assert!(
+                    pages <= full + full / 4 + 1,
+                    "{targets} targets, limit {limit}: {pages} pages"
+                );
+            }
+        }
     }
 }

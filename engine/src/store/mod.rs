@@ -63,6 +63,7 @@ mod extents;
 mod format;
 mod keeper;
 mod log;
+mod many;
 mod ops;
 mod prepare;
 mod recover;
@@ -79,6 +80,7 @@ pub use cleaner::{CleanReport, CLEANER_SHARES};
 pub use error::{Result, StoreError};
 pub use format::Geometry;
 pub use keeper::{KEEPER_SHARES, KEEP_CHARGE_MIN_BYTES};
+pub use many::WriteOp;
 pub use ops::{ExtentSink, EXTENT_READ_MAX_BYTES};
 pub use sync::Durability;
 

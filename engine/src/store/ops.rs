@@ -65,7 +65,7 @@ enum Found {
 
 impl<'a> AppendSpec<'a> {
     /// A foreground record: new version, not a cleaner copy.
-    fn new(
+    pub(super) fn new(
         key: &'a RecordKey<'a>,
         value: &'a [u8],
         flags: RecordFlags,
@@ -188,7 +188,11 @@ impl Store {
     /// Appends one record (not yet durable), checking first that the key
     /// holds no value of the other kind when `array` says which this is.
     /// Returns the end of the record and its version.
-    async fn append(&self, mut spec: AppendSpec<'_>, array: Option<bool>) -> Result<(u64, u64)> {
+    pub(super) async fn append(
+        &self,
+        mut spec: AppendSpec<'_>,
+        array: Option<bool>,
+    ) -> Result<(u64, u64)> {
         let len = record_len(spec.key, spec.value.len()) as u64;
         self.reserve_space(len, None).await?;
         if let Some(array) = array {
@@ -203,46 +207,6 @@ impl Store {
         Self::validate(key, value.len())?;
         let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
         self.write(spec, Some(false)).await
-    }
-
-    /// Replaces the single values of several keys: appended in order, then
-    /// made durable and published by one wait for the group commit that
-    /// carries them all (an update each took its own wait, and a waker, a
-    /// channel and a poll). Returns, per key, its new version or why it was
-    /// refused; every update a failed commit carried fails.
-    pub async fn update_many(&self, items: &[(RecordKey<'_>, &[u8])]) -> Vec<Result<u64>> {
-        // Each append first looks the key up in its bucket chain and the
-        // ring (`held`): start those memory loads for all of them at once.
-        let hashes: Vec<KeyHash> = items.iter().map(|(k, _)| k.hash()).collect();
-        self.prefetch_keys(&hashes);
-        let mut out = Vec::with_capacity(items.len());
-        let mut end = None;
-        for (key, value) in items {
-            let appended = async {
-                Self::validate(key, value.len())?;
-                let spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
-                self.append(spec, Some(false)).await
-            };
-            match appended.await {
-                Ok((e, version)) => {
-                    end = Some(e);
-                    out.push(Ok(version));
-                }
-                Err(e) => out.push(Err(e)),
-            }
-        }
-        let Some(end) = end else { return out };
-        if let Err(first) = self.wait_durable(end).await {
-            let mut first = Some(first);
-            for r in out.iter_mut().filter(|r| r.is_ok()) {
-                let e = first.take().unwrap_or_else(|| match self.check_writable() {
-                    Err(poisoned) => poisoned,
-                    Ok(()) => StoreError::Invalid("the group commit failed".into()),
-                });
-                *r = Err(e);
-            }
-        }
-        out
     }
 
     /// Writes `bytes` at `offset` of the key's byte array; returns the new
@@ -279,41 +243,59 @@ impl Store {
     ) -> Result<Conditional> {
         Self::validate(key, value.len())?;
         let len = record_len(key, value.len()) as u64;
-        let hash = key.hash().0;
         for _ in 0..CONDITIONAL_ROUNDS {
             self.reserve_space(len, None).await?;
-            if self.has_pending(hash) {
-                self.wait_all_durable().await?;
-                continue;
+            match self.append_if(key, value, cond)? {
+                None => self.wait_all_durable().await?,
+                Some((end, applied @ Conditional::Applied(_))) => {
+                    self.wait_durable(end).await?;
+                    return Ok(applied);
+                }
+                Some((_, conflict)) => return Ok(conflict),
             }
-            // A key no bucket slot holds has no directory entry either: a
-            // new name (an mdtest create) costs no directory search here.
-            let held = self.held(key);
-            let current = match held {
-                Held::Absent => None,
-                _ => (self.dir.borrow())
-                    .get((key.container, key.object), key.dkey, key.akey)
-                    .map(|e| e.version),
-            };
-            let holds = match cond {
-                Condition::Absent => current.is_none(),
-                Condition::Version(v) => current == Some(v),
-            };
-            if !holds {
-                return Ok(Conditional::Conflict(current));
-            }
-            let mut spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
-            spec.held = Some(self.check_held(key, held, false)?);
-            let (addr, len, version) = self.append_now(&spec)?;
-            self.wait_durable(addr + u64::from(len)).await?;
-            return Ok(Conditional::Applied(version));
         }
         Err(StoreError::Invalid(
             "conditional update: the key never stopped changing".into(),
         ))
     }
 
-    async fn punch_with(&self, key: &RecordKey<'_>, flags: RecordFlags) -> Result<u64> {
+    /// The synchronous step of [`update_if`](Self::update_if), after its
+    /// room is reserved: `None` if an update or punch of the key waits to
+    /// be published (its outcome decides the condition); else the outcome
+    /// against the published state, with the end of the appended record
+    /// when applied (not yet durable).
+    pub(super) fn append_if(
+        &self,
+        key: &RecordKey<'_>,
+        value: &[u8],
+        cond: Condition,
+    ) -> Result<Option<(u64, Conditional)>> {
+        if self.has_pending(key.hash().0) {
+            return Ok(None);
+        }
+        // A key no bucket slot holds has no directory entry either: a
+        // new name (an mdtest create) costs no directory search here.
+        let held = self.held(key);
+        let current = match held {
+            Held::Absent => None,
+            _ => (self.dir.borrow())
+                .get((key.container, key.object), key.dkey, key.akey)
+                .map(|e| e.version),
+        };
+        let holds = match cond {
+            Condition::Absent => current.is_none(),
+            Condition::Version(v) => current == Some(v),
+        };
+        if !holds {
+            return Ok(Some((0, Conditional::Conflict(current))));
+        }
+        let mut spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
+        spec.held = Some(self.check_held(key, held, false)?);
+        let (addr, len, version) = self.append_now(&spec)?;
+        Ok(Some((addr + u64::from(len), Conditional::Applied(version))))
+    }
+
+    pub(super) async fn punch_with(&self, key: &RecordKey<'_>, flags: RecordFlags) -> Result<u64> {
         Self::validate(key, 0)?;
         let spec = AppendSpec::new(key, &[], flags.with(RecordFlags::TOMBSTONE), 0);
         self.write(spec, None).await
@@ -521,7 +503,7 @@ impl Store {
 
     /// Prefetches the main bucket of every hash, then the resident record
     /// each of those buckets names for its key's fingerprint.
-    fn prefetch_keys(&self, hashes: &[KeyHash]) {
+    pub(super) fn prefetch_keys(&self, hashes: &[KeyHash]) {
         let table = self.table.borrow();
         for h in hashes {
             table.prefetch_home(h.0);
