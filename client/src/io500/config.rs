@@ -13,11 +13,13 @@ pub const MDTEST_HARD_FILE_BYTES: usize = 3901;
 /// Files an mdtest task hands the backend at once in the write and delete phases
 /// ([`Io500Backend::create_files`](super::Io500Backend::create_files),
 /// [`Io500Backend::unlink_files`](super::Io500Backend::unlink_files)); a backend may keep
-/// their operations in flight together. 64 rather than 32: embedded engine, 8 tasks, two
-/// whole runs alternating, mdtest-easy-write 378/414 against 289/321 kIOPS, mdtest-hard-write
-/// 91/95 against 77/88, mdtest-easy-delete 474/443 against 378/407 (128 was no better than 64
-/// in runs of mdtest-hard-write alone).
-pub const MDTEST_FILES_PER_GROUP: u64 = 64;
+/// their operations in flight together. 256: since the engine appends and commits each
+/// target's writes of a batch as one group, bigger groups pay (embedded engine, 8 tasks, 5 s
+/// stonewall, two whole runs each, alternating: mdtest-easy-write 634/676 kIOPS against
+/// 484/516 with 64, mdtest-hard-write 132/132 against 99/107, mdtest-easy-delete 651/683
+/// against 457/503, mdtest-hard-delete 358/369 against 244/270; 128 fell between; 512 was
+/// no better than 256). The posix backend runs them one by one whatever the group.
+pub const MDTEST_FILES_PER_GROUP: u64 = 256;
 
 /// Everything a run needs besides the backend.
 #[derive(Debug, Clone)]
