@@ -33,8 +33,19 @@ pub struct IoBuf {
     ptr: NonNull<u8>,
     len: usize,
     capacity: usize,
-    /// `Some` when the memory is a slot of a pool slab.
-    pool: Option<Arc<PoolShared>>,
+    backing: Backing,
+}
+
+/// Whose memory an [`IoBuf`] is.
+enum Backing {
+    /// Its own heap allocation.
+    Heap,
+    /// A slot of a pool slab.
+    Pool(Arc<PoolShared>),
+    /// Memory owned elsewhere ([`IoBuf::foreign`]), kept alive by this.
+    Foreign {
+        _keep: Arc<dyn std::any::Any + Send + Sync>,
+    },
 }
 
 // SAFETY: IoBuf uniquely owns its allocation (or pool slot), like Vec<u8>.
@@ -47,7 +58,8 @@ impl std::fmt::Debug for IoBuf {
         f.debug_struct("IoBuf")
             .field("len", &self.len)
             .field("capacity", &self.capacity)
-            .field("pooled", &self.pool.is_some())
+            .field("pooled", &self.is_pooled())
+            .field("foreign", &self.is_foreign())
             .finish()
     }
 }
@@ -72,7 +84,28 @@ impl IoBuf {
             ptr,
             len,
             capacity,
-            pool: None,
+            backing: Backing::Heap,
+        }
+    }
+
+    /// A buffer of `len` bytes at `ptr` in memory that `keep` owns (a
+    /// mapped region, say): a device writes it from there, with no copy
+    /// into a buffer of its own. Dropping it frees nothing but `keep`.
+    ///
+    /// # Safety
+    /// The `len` bytes at `ptr` must stay mapped while `keep` lives, and
+    /// nothing may write them while the buffer (or a device operation it
+    /// was handed to) lives, nor read them while it is written into.
+    pub unsafe fn foreign(
+        ptr: NonNull<u8>,
+        len: usize,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Self {
+        Self {
+            ptr,
+            len,
+            capacity: len,
+            backing: Backing::Foreign { _keep: keep },
         }
     }
 
@@ -87,7 +120,11 @@ impl IoBuf {
     }
     /// True when the buffer is a slot of a [`BufPool`].
     pub fn is_pooled(&self) -> bool {
-        self.pool.is_some()
+        matches!(self.backing, Backing::Pool(_))
+    }
+    /// True when the memory is owned elsewhere ([`IoBuf::foreign`]).
+    pub fn is_foreign(&self) -> bool {
+        matches!(self.backing, Backing::Foreign { .. })
     }
     /// Sets the length (≤ capacity); bytes past the old length keep their contents.
     pub fn set_len(&mut self, len: usize) {
@@ -116,14 +153,15 @@ impl IoBuf {
 
 impl Drop for IoBuf {
     fn drop(&mut self) {
-        match &self.pool {
+        match &self.backing {
             // The queue has room for every slot, so the push cannot fail;
             // if it ever did the slot would merely leak until the slab dies.
-            Some(pool) => {
+            Backing::Pool(pool) => {
                 let _ = pool.free.push(self.ptr.as_ptr() as usize);
             }
             // SAFETY: allocated in `new` with this layout.
-            None => unsafe { dealloc(self.ptr.as_ptr(), aligned_layout(self.capacity)) },
+            Backing::Heap => unsafe { dealloc(self.ptr.as_ptr(), aligned_layout(self.capacity)) },
+            Backing::Foreign { .. } => {}
         }
     }
 }
@@ -206,7 +244,7 @@ impl BufPool {
             ptr,
             len,
             capacity: self.shared.slot_size,
-            pool: Some(Arc::clone(&self.shared)),
+            backing: Backing::Pool(Arc::clone(&self.shared)),
         })
     }
 

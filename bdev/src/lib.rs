@@ -153,6 +153,15 @@ pub trait Channel {
     fn write_durable(&self, offset: u64, buf: IoBuf) -> IoFuture<'_, IoBuf> {
         write_then_flush(self, offset, buf)
     }
+    /// [`writev`](Self::writev) that is durable when it completes, as
+    /// [`write_durable`](Self::write_durable) is for one buffer.
+    fn writev_durable(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>> {
+        Box::pin(async move {
+            let bufs = self.writev(offset, bufs).await?;
+            self.flush().await?;
+            Ok(bufs)
+        })
+    }
     fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
     fn unmap(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
     /// Makes `[offset, offset + len)` allocated, its content unchanged:

@@ -36,6 +36,8 @@ struct Case {
     /// and before this one.
     crash_from: f64,
     crash_to: f64,
+    /// Values are up to this many bytes.
+    value_max: usize,
 }
 
 /// Updates and punches with the cleaner and checkpoints, well within the log.
@@ -46,6 +48,7 @@ const MIXED: Case = Case {
     cleaner: true,
     crash_from: 0.0,
     crash_to: 0.5,
+    value_max: 3000,
 };
 
 /// Updates only, no cleaner or checkpoint, over several laps of the log.
@@ -56,6 +59,20 @@ const LAPS: Case = Case {
     cleaner: false,
     crash_from: 0.5,
     crash_to: 0.95,
+    value_max: 3000,
+};
+
+/// Values up to 40 KiB with the cleaner, over many laps of the ring:
+/// commits of several blocks, written to the device from the ring itself,
+/// some across its end.
+const BIG: Case = Case {
+    device: "malloc:8M",
+    ops_per_task: 150,
+    punch_one_in: 16,
+    cleaner: true,
+    crash_from: 0.3,
+    crash_to: 0.95,
+    value_max: 40 << 10,
 };
 
 /// What may be found for a key: its last acknowledged state and, if an
@@ -78,8 +95,8 @@ fn cfg() -> StoreConfig {
     }
 }
 
-fn value(k: u32, seq: u32, rng: &mut StdRng) -> Vec<u8> {
-    let len = rng.gen_range(8..3000);
+fn value(k: u32, seq: u32, max: usize, rng: &mut StdRng) -> Vec<u8> {
+    let len = rng.gen_range(8..max);
     let tag = format!("key{k}-seq{seq};");
     tag.bytes().cycle().take(len).collect()
 }
@@ -93,14 +110,15 @@ async fn worker(store: Rc<Store>, model: Model, task: u32, seed: u64, case: Case
         let next = if case.punch_one_in > 0 && rng.gen_ratio(1, case.punch_one_in) {
             None
         } else {
-            Some(value(k, seq, &mut rng))
+            Some(value(k, seq, case.value_max, &mut rng))
         };
         model.borrow_mut().entry(k).or_default().inflight = Some(next.clone());
         let r = match &next {
             Some(v) => store.update(&key, v).await.map(|_| ()),
             None => store.punch(&key).await.map(|_| ()),
         };
-        if r.is_err() {
+        if let Err(e) = r {
+            eprintln!("task {task}: stops at op {seq}: {e}");
             return;
         }
         let mut m = model.borrow_mut();
@@ -188,6 +206,9 @@ fn crash_case(seed: u64, case: Case) {
                 st.segments_freed_early,
                 crash.unflushed_writes()
             );
+            if case.value_max > 16 << 10 {
+                assert!(st.ring_write_bytes > 0, "no write from the ring: {st:?}");
+            }
             if !case.cleaner {
                 assert_eq!(st.checkpoints, 0, "{st:?}");
                 assert!(st.bytes_appended > 2 * st.log_capacity_bytes, "{st:?}");
@@ -241,4 +262,11 @@ fn acknowledged_updates_survive_power_loss() {
 #[test]
 fn acknowledged_updates_survive_power_loss_after_laps_without_a_checkpoint() {
     run_seeds(LAPS, 12);
+}
+
+/// Big commits are written from the ring itself (whole blocks with no copy,
+/// across the ring's end too): what they acknowledged survives power loss.
+#[test]
+fn acknowledged_big_updates_written_from_the_ring_survive_power_loss() {
+    run_seeds(BIG, 12);
 }

@@ -628,7 +628,7 @@ impl Store {
     /// A block-aligned buffer of `len` bytes for a group commit: the kept
     /// heap buffer when it is big enough, else a new one (a pool slot when
     /// one fits).
-    fn commit_buffer(&self, len: usize) -> Result<IoBuf> {
+    pub(super) fn commit_buffer(&self, len: usize) -> Result<IoBuf> {
         let kept = self.commit_buf.borrow_mut().take();
         self.io_buffer(kept, len)
     }
@@ -672,15 +672,21 @@ impl Store {
         // A commit of one write carries its flush (Channel::write_durable).
         let durable =
             device && matches!(ranges[..], [(from, to)] if self.chunk_end(from, to) == to);
-        // The ranges (the hot head's, the cold segment's) are written at
-        // once: a commit waits for one device write, not one per range.
-        let writes = ranges.iter().map(|&(from, to)| async move {
+        // The ranges (the hot head's, the cold segment's) and the writes
+        // each is cut into are written at once: a commit waits for one
+        // device write, not one per range or per `max_commit_bytes` (every
+        // write but a range's first starts on a block boundary, so none
+        // needs another's last block). A crash between them leaves a torn
+        // commit, which recovery cuts.
+        let mut chunks = Vec::new();
+        for &(from, to) in &ranges {
             let mut at = from;
             while at < to {
-                at = self.write_chunk(at, to, durable).await?;
+                chunks.push((at, to));
+                at = self.chunk_end(at, to);
             }
-            Ok::<(), StoreError>(())
-        });
+        }
+        let writes = (chunks.into_iter()).map(|(at, to)| self.write_chunk(at, to, durable));
         futures::future::try_join_all(writes).await?;
         if durable {
             self.note_flushed(appends);
@@ -710,88 +716,6 @@ impl Store {
         c.commit_cold_bytes_max = c.commit_cold_bytes_max.max(cold);
         drop(c);
         self.publish_first(covered)
-    }
-
-    /// Where the write of [`Self::write_chunk`] from `at` stops, short of
-    /// `to`: at most `max_commit_bytes` from the block holding `at`, and
-    /// never past its segment.
-    fn chunk_end(&self, at: u64, to: u64) -> u64 {
-        let bs = u64::from(self.geo.block_size);
-        let seg_end = (at / self.geo.segment_bytes + 1) * self.geo.segment_bytes;
-        to.min(at / bs * bs + self.geo.max_commit_bytes)
-            .min(seg_end)
-    }
-
-    /// Writes the log bytes from `at` (at most `max_commit_bytes`, up to
-    /// `to`) with one write starting at the block holding `at`: the bytes
-    /// before `at` in that block are rewritten as they were last written
-    /// (a torn rewrite never damages durable records). Returns where it
-    /// stopped. `durable`: the write is durable when it completes
-    /// ([`ferrite_bdev::Channel::write_durable`]).
-    async fn write_chunk(&self, at: u64, to: u64, durable: bool) -> Result<u64> {
-        let bs = u64::from(self.geo.block_size);
-        let start = at / bs * bs;
-        let end = self.chunk_end(at, to);
-        let len = (end - start).div_ceil(bs) * bs;
-        let mut buf = self.commit_buffer(len as usize)?;
-        {
-            let mut log = self.log.borrow_mut();
-            let out = buf.as_mut_slice();
-            let pre = (at - start) as usize;
-            if pre > 0 {
-                let i = log
-                    .tail_blocks
-                    .iter()
-                    .position(|(b, bytes)| *b == start && bytes.len() == pre)
-                    .ok_or_else(|| {
-                        StoreError::Invalid(format!(
-                            "log write at {at}: the start of its block was never written"
-                        ))
-                    })?;
-                let (_, bytes) = log.tail_blocks.swap_remove(i);
-                out[..pre].copy_from_slice(&bytes);
-            }
-            let used = (end - start) as usize;
-            self.copy_from_ring(at, end, &mut out[pre..used]);
-            // A reused buffer holds an earlier commit's bytes past `end`.
-            out[used..].fill(0);
-            let keep = (end % bs) as usize;
-            if keep > 0 {
-                // A partial block is continued only in an open segment, or
-                // in one with bytes still to write: the others' are dropped.
-                let seg = self.geo.segment_bytes;
-                let (hot, cold) = log.open_segments(seg);
-                let pending: Vec<u64> = log.unwritten.iter().map(|r| r.0 / seg).collect();
-                let open = |b: u64| {
-                    let n = b / seg;
-                    Some(n) == hot || Some(n) == cold || pending.contains(&n)
-                };
-                let mut kept = std::mem::take(&mut log.tail_blocks);
-                kept.retain(|(b, _)| open(*b));
-                kept.push((end - keep as u64, out[used - keep..used].to_vec()));
-                log.tail_blocks = kept;
-            }
-        }
-        let offset = self.geo.log_device_offset(start);
-        self.wait_prepared(start).await;
-        let write = match durable {
-            true => self.chan.write_durable(offset, buf),
-            false => self.chan.write(offset, buf),
-        };
-        let buf = match write.await {
-            Ok(b) => b,
-            Err(e) => {
-                self.set_poison(format!("log write at {offset}: {e}"));
-                return Err(self.device_error("log write", e));
-            }
-        };
-        if !buf.is_pooled() {
-            let mut kept = self.commit_buf.borrow_mut();
-            if kept.as_ref().is_none_or(|k| k.capacity() < buf.capacity()) {
-                *kept = Some(buf);
-            }
-        }
-        Ok(end)
     }
 
     /// Publishes the first `n` pending records (those a commit covered).

@@ -56,6 +56,7 @@
 mod apply;
 mod buckets;
 mod checkpoint;
+mod chunk;
 mod cleaner;
 mod dir;
 mod error;
@@ -300,6 +301,9 @@ pub struct StoreStats {
     /// The most bytes of cleaner copies one group commit carried
     /// ([`StoreConfig::cleaner_commit_bytes`]).
     pub commit_cold_bytes_max: u64,
+    /// Log bytes written to the device straight from the ring, with no copy
+    /// into a buffer (whole blocks of big writes).
+    pub ring_write_bytes: u64,
     /// Small live records the keeper copied forward to keep them in the ring.
     pub keeper_records_kept: u64,
     pub keeper_bytes_kept: u64,
@@ -348,6 +352,7 @@ struct Counters {
     cleaner_failures: u64,
     commits_led_off_home: u64,
     commit_cold_bytes_max: u64,
+    ring_write_bytes: u64,
     keeper_records_kept: u64,
     keeper_bytes_kept: u64,
     keeper_skipped_bytes: u64,
@@ -509,6 +514,7 @@ impl Store {
             cleaner_failures: c.cleaner_failures,
             commits_led_off_home: c.commits_led_off_home,
             commit_cold_bytes_max: c.commit_cold_bytes_max,
+            ring_write_bytes: c.ring_write_bytes,
             keeper_records_kept: c.keeper_records_kept,
             keeper_bytes_kept: c.keeper_bytes_kept,
             keeper_skipped_bytes: c.keeper_skipped_bytes,
