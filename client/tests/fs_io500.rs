@@ -86,10 +86,11 @@ fn write_behind_and_deferred_writes_are_read_back_by_another_client() {
     let backend = backend();
     let url = backend.namespace().client().url();
     let other = Namespace::new(Arc::new(Client::connect(&url).unwrap()), 9);
-    // Many interleaved transfers on one handle, beyond the in-flight window.
+    // Many interleaved transfers on one handle, beyond the in-flight window,
+    // to the file all tasks share (ior-hard's: a chunk per transfer).
     let transfer = 47_008usize;
     let count = 200u64;
-    let big = backend.create("shared").unwrap();
+    let big = backend.create_shared("shared").unwrap();
     for i in 0..count {
         let data = vec![(i % 251) as u8; transfer];
         backend.write_at(&big, i * transfer as u64, &data).unwrap();
@@ -98,6 +99,7 @@ fn write_behind_and_deferred_writes_are_read_back_by_another_client() {
     backend.close(big).unwrap();
     let fh = other.open(ROOT_OBJECT, "shared").unwrap();
     assert_eq!(fh.size(), count * transfer as u64);
+    assert_eq!(fh.entry().chunk_size as usize, transfer);
     let mut buf = vec![0u8; transfer];
     for i in 0..count {
         other.read(&fh, i * transfer as u64, &mut buf).unwrap();

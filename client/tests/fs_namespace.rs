@@ -51,6 +51,30 @@ fn racing_creates_one_wins() {
     assert_eq!(wins, 1);
 }
 
+/// A file created with its own chunk size (any size, not a power of two)
+/// keeps it, whatever the namespace's: a handle with another setting reads
+/// across its chunk boundaries exactly what was written; bad sizes are
+/// refused.
+#[test]
+fn a_file_keeps_the_chunk_size_it_was_created_with() {
+    let ns = namespace();
+    let fh = ns.create_chunked(ROOT_OBJECT, "odd", 0o644, 47008).unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    ns.write(&fh, 1000, &data).unwrap();
+    ns.close(fh).unwrap();
+    let other = ns.clone().with_chunk_bytes(4096).unwrap();
+    let fh = other.open(ROOT_OBJECT, "odd").unwrap();
+    assert_eq!(fh.entry().chunk_size, 47008);
+    let mut buf = vec![0xffu8; 201_000];
+    assert_eq!(other.read(&fh, 0, &mut buf).unwrap(), 201_000);
+    assert!(buf[..1000].iter().all(|&b| b == 0));
+    assert_eq!(&buf[1000..], &data[..]);
+    for bad in [0, (1 << 20) + 1] {
+        let r = ns.create_chunked(ROOT_OBJECT, "bad", 0o644, bad);
+        assert!(matches!(r, Err(FsError::Invalid(..))), "{bad}: {r:?}");
+    }
+}
+
 #[test]
 fn write_read_sparse_and_truncate() {
     let ns = namespace().with_chunk_bytes(4096).unwrap();

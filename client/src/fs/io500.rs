@@ -17,6 +17,12 @@ const DEFERRED_WRITE_MAX: usize = 64 << 10;
 const WRITES_IN_FLIGHT_MAX: usize = 64;
 /// Bytes in flight per open file before `write_at` waits for the oldest.
 const BYTES_IN_FLIGHT_MAX: usize = 16 << 20;
+/// Chunk size of the file all tasks write at once (ior-hard's): one transfer. The tasks
+/// write neighbouring transfers at the same time; in 1 MiB chunks (the default) about 22
+/// of them share a chunk, so one target took nearly all of them at any moment and the
+/// other sat idle. One chunk per transfer spreads them over the targets by hash, and no
+/// transfer is split over two chunks.
+const SHARED_FILE_CHUNK_BYTES: u32 = crate::io500::config::IOR_HARD_TRANSFER_BYTES as u32;
 /// Closes and unlinks whose last requests are in flight, across the backend,
 /// before the next one waits for the oldest.
 const BEHIND_MAX: usize = 256;
@@ -261,6 +267,15 @@ impl Io500Backend for FerriteBackend {
         let (parent, name) = self.parent_of(path)?;
         self.ns
             .create(parent, name, 0o644)
+            .map(FerriteFile::new)
+            .map_err(FsError::into_io)
+    }
+
+    /// Chunks of one transfer each ([`SHARED_FILE_CHUNK_BYTES`]).
+    fn create_shared(&self, path: &str) -> io::Result<FerriteFile> {
+        let (parent, name) = self.parent_of(path)?;
+        self.ns
+            .create_chunked(parent, name, 0o644, SHARED_FILE_CHUNK_BYTES)
             .map(FerriteFile::new)
             .map_err(FsError::into_io)
     }

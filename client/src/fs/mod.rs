@@ -105,12 +105,7 @@ impl Namespace {
 
     /// Sets the chunk size for files created from now on.
     pub fn with_chunk_bytes(mut self, chunk_bytes: u32) -> FsResult<Self> {
-        if chunk_bytes == 0 || chunk_bytes as usize > ferrite_proto::record::VALUE_MAX_BYTES {
-            return Err(FsError::Invalid(
-                format!("{chunk_bytes}"),
-                "chunk size must be 1 B..1 MiB",
-            ));
-        }
+        check_chunk_bytes(chunk_bytes)?;
         self.chunk_bytes = chunk_bytes;
         Ok(self)
     }
@@ -188,7 +183,22 @@ impl Namespace {
 
     /// Creates an empty file `name` in `dir`; `EEXIST` if the name exists.
     pub fn create(&self, dir: u128, name: &str, mode: u32) -> FsResult<FileHandle> {
-        let e = Entry::new(EntryKind::File, mode, new_object_id(), self.chunk_bytes);
+        self.create_chunked(dir, name, mode, self.chunk_bytes)
+    }
+
+    /// [`create`](Self::create) with chunks of `chunk_bytes` for this file
+    /// (the namespace's setting for the others): a file that many clients
+    /// write at once at nearby offsets (ior-hard's) spreads over the targets
+    /// only if its chunks are small.
+    pub fn create_chunked(
+        &self,
+        dir: u128,
+        name: &str,
+        mode: u32,
+        chunk_bytes: u32,
+    ) -> FsResult<FileHandle> {
+        check_chunk_bytes(chunk_bytes)?;
+        let e = Entry::new(EntryKind::File, mode, new_object_id(), chunk_bytes);
         let version = self.insert(dir, name, &e)?;
         Ok(FileHandle::new(dir, name, e, version))
     }
@@ -503,4 +513,15 @@ pub struct SetAttr {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub mtime_ns: Option<i64>,
+}
+
+/// A file's chunks hold 1 B to 1 MiB (a chunk is one value).
+fn check_chunk_bytes(chunk_bytes: u32) -> FsResult<()> {
+    if chunk_bytes == 0 || chunk_bytes as usize > ferrite_proto::record::VALUE_MAX_BYTES {
+        return Err(FsError::Invalid(
+            format!("{chunk_bytes}"),
+            "chunk size must be 1 B..1 MiB",
+        ));
+    }
+    Ok(())
 }

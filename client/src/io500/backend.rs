@@ -106,6 +106,13 @@ pub trait Io500Backend: Send + Sync {
     /// Creates the file `path` (which must not exist) and opens it for writing and reading.
     fn create(&self, path: &str) -> io::Result<Self::File>;
 
+    /// [`create`](Self::create) for the file every task writes at once, each at its own
+    /// interleaved offsets (ior-hard's): a backend may lay it out for that, as IO500 runs
+    /// on DAOS set ior-hard's chunk size. The default is `create`.
+    fn create_shared(&self, path: &str) -> io::Result<Self::File> {
+        self.create(path)
+    }
+
     /// Opens the existing file `path` for reading.
     fn open(&self, path: &str) -> io::Result<Self::File>;
 

@@ -189,7 +189,7 @@ pub(crate) fn hard_write<B: Io500Backend>(
     };
     let file = ctx
         .backend
-        .create(&path)
+        .create_shared(&path)
         .map_err(io_context(NAME, "create", &path))?;
     let wall = Stonewall::new(config.stonewall, config.ior_hard_max_segments, config.tasks);
     let outcome = run_tasks(config.tasks, &progress, |task| {
