@@ -133,6 +133,19 @@ pub fn write_then_flush<C: Channel + ?Sized>(
     })
 }
 
+/// [`Channel::writev_durable`] done as a `writev`, then a `flush`.
+pub fn writev_then_flush<C: Channel + ?Sized>(
+    ch: &C,
+    offset: u64,
+    bufs: Vec<IoBuf>,
+) -> IoFuture<'_, Vec<IoBuf>> {
+    Box::pin(async move {
+        let bufs = ch.writev(offset, bufs).await?;
+        ch.flush().await?;
+        Ok(bufs)
+    })
+}
+
 pub trait Channel {
     fn block_size(&self) -> u32;
     /// A DMA-aligned buffer of `len` bytes (a multiple of the block size).
@@ -156,11 +169,7 @@ pub trait Channel {
     /// [`writev`](Self::writev) that is durable when it completes, as
     /// [`write_durable`](Self::write_durable) is for one buffer.
     fn writev_durable(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>> {
-        Box::pin(async move {
-            let bufs = self.writev(offset, bufs).await?;
-            self.flush().await?;
-            Ok(bufs)
-        })
+        writev_then_flush(self, offset, bufs)
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;
     fn unmap(&self, offset: u64, len: u64) -> IoFuture<'_, ()>;

@@ -205,15 +205,7 @@ pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
 /// Is `req` a write [`handle_writes`] takes: an update, a conditional
 /// update, or a punch of an akey or a dkey?
 pub fn is_group_write(req: &Request) -> bool {
-    matches!(
-        req,
-        Request::Update { .. }
-            | Request::CondUpdate { .. }
-            | Request::Punch {
-                scope: PunchScope::Akey | PunchScope::Dkey,
-                ..
-            }
-    )
+    write_op(req).is_some()
 }
 
 /// Runs several writes (each [`is_group_write`]) against this xstream's

@@ -252,6 +252,24 @@ impl UringChannel {
         Ok(())
     }
 
+    /// The vectored op `op(total length)` on `bufs` at `offset`, after the
+    /// checks of the range (`name`: the op's name in errors) and buffers.
+    async fn vectored(
+        &self,
+        name: &'static str,
+        offset: u64,
+        bufs: Vec<IoBuf>,
+        op: impl FnOnce(usize) -> Op,
+    ) -> Result<Vec<IoBuf>> {
+        let total: usize = bufs.iter().map(IoBuf::len).sum();
+        self.check(name, offset, total as u64)?;
+        self.check_bufs(&bufs.iter().collect::<Vec<_>>())?;
+        if bufs.is_empty() {
+            return Ok(bufs);
+        }
+        many(self.submit(op(total), offset, Payload::Many(bufs)).await)
+    }
+
     fn check_bufs(&self, bufs: &[&IoBuf]) -> Result<()> {
         for b in bufs {
             if b.as_ptr() as usize % self.block_size as usize != 0 {
@@ -669,57 +687,27 @@ impl Channel for UringChannel {
         })
     }
     fn readv(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>> {
-        Box::pin(async move {
-            let total: usize = bufs.iter().map(IoBuf::len).sum();
-            self.check("read", offset, total as u64)?;
-            self.check_bufs(&bufs.iter().collect::<Vec<_>>())?;
-            if bufs.is_empty() {
-                return Ok(bufs);
-            }
-            many(self.submit(Op::Read, offset, Payload::Many(bufs)).await)
-        })
+        Box::pin(self.vectored("read", offset, bufs, |_| Op::Read))
     }
     /// With `direct_from`, a big write (all buffers together) goes through
     /// the O_DIRECT descriptor, as [`write`](Channel::write) does.
     fn writev(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>> {
-        Box::pin(async move {
-            let total: usize = bufs.iter().map(IoBuf::len).sum();
-            self.check("write", offset, total as u64)?;
-            self.check_bufs(&bufs.iter().collect::<Vec<_>>())?;
-            if bufs.is_empty() {
-                return Ok(bufs);
-            }
-            let op = match self.direct {
-                // Every buffer's address and length are block aligned
-                // (checked above; lengths by the caller): what O_DIRECT needs.
+        Box::pin(
+            self.vectored("write", offset, bufs, |total| match self.direct {
+                // Every buffer's address and length are block aligned (checked;
+                // lengths by the caller): what O_DIRECT needs.
                 Some((_, from)) if total >= from => Op::WriteDirect,
                 _ => Op::Write,
-            };
-            many(self.submit(op, offset, Payload::Many(bufs)).await)
-        })
+            }),
+        )
     }
     /// With every write O_DIRECT, one vectored write with `RWF_DSYNC`, as
     /// [`write_durable`](Channel::write_durable).
     fn writev_durable(&self, offset: u64, bufs: Vec<IoBuf>) -> IoFuture<'_, Vec<IoBuf>> {
         if self.buffered {
-            return Box::pin(async move {
-                let bufs = self.writev(offset, bufs).await?;
-                self.flush().await?;
-                Ok(bufs)
-            });
+            return crate::writev_then_flush(self, offset, bufs);
         }
-        Box::pin(async move {
-            let total: usize = bufs.iter().map(IoBuf::len).sum();
-            self.check("write", offset, total as u64)?;
-            self.check_bufs(&bufs.iter().collect::<Vec<_>>())?;
-            if bufs.is_empty() {
-                return Ok(bufs);
-            }
-            many(
-                self.submit(Op::WriteDurable, offset, Payload::Many(bufs))
-                    .await,
-            )
-        })
+        Box::pin(self.vectored("write", offset, bufs, |_| Op::WriteDurable))
     }
     fn flush(&self) -> IoFuture<'_, ()> {
         Box::pin(async move { self.submit(Op::Flush, 0, Payload::None).await.map(|_| ()) })

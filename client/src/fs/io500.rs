@@ -1,7 +1,9 @@
 //! The IO500 runner's backend on the Ferrite namespace (like IOR's DFS
 //! backend): every phase goes through the client library, no POSIX layer.
 
-use super::{EntryKind as FsKind, FileHandle, FsError, FsFuture, Namespace, NewFile, ROOT_OBJECT};
+use super::{
+    EntryKind as FsKind, FileHandle, FsError, FsFuture, FsResult, Namespace, NewFile, ROOT_OBJECT,
+};
 use crate::io500::backend::{DirEntry, EntryKind, FileOpError, FileStat, Io500Backend};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -151,6 +153,18 @@ impl FerriteBackend {
         wait_all(excess)
     }
 
+    /// Creates the file `path` with `make` (namespace, parent object, name).
+    fn create_with(
+        &self,
+        path: &str,
+        make: impl FnOnce(&Namespace, u128, &str) -> FsResult<FileHandle>,
+    ) -> io::Result<FerriteFile> {
+        let (parent, name) = self.parent_of(path)?;
+        make(&self.ns, parent, name)
+            .map(FerriteFile::new)
+            .map_err(FsError::into_io)
+    }
+
     /// Splits `path` into its parent directory's object and the last name.
     fn parent_of<'p>(&self, path: &'p str) -> io::Result<(u128, &'p str)> {
         let (parent, name) = match path.rsplit_once('/') {
@@ -265,20 +279,14 @@ impl Io500Backend for FerriteBackend {
     }
 
     fn create(&self, path: &str) -> io::Result<FerriteFile> {
-        let (parent, name) = self.parent_of(path)?;
-        self.ns
-            .create(parent, name, 0o644)
-            .map(FerriteFile::new)
-            .map_err(FsError::into_io)
+        self.create_with(path, |ns, parent, name| ns.create(parent, name, 0o644))
     }
 
     /// Chunks of one transfer each ([`SHARED_FILE_CHUNK_BYTES`]).
     fn create_shared(&self, path: &str) -> io::Result<FerriteFile> {
-        let (parent, name) = self.parent_of(path)?;
-        self.ns
-            .create_chunked(parent, name, 0o644, SHARED_FILE_CHUNK_BYTES)
-            .map(FerriteFile::new)
-            .map_err(FsError::into_io)
+        self.create_with(path, |ns, parent, name| {
+            ns.create_chunked(parent, name, 0o644, SHARED_FILE_CHUNK_BYTES)
+        })
     }
 
     fn open(&self, path: &str) -> io::Result<FerriteFile> {

@@ -188,8 +188,8 @@ impl Namespace {
 
     /// [`create`](Self::create) with chunks of `chunk_bytes` for this file
     /// (the namespace's setting for the others): a file that many clients
-    /// write at once at nearby offsets (ior-hard's) spreads over the targets
-    /// only if its chunks are small.
+    /// write at once in interleaved transfers (ior-hard's) is best cut at
+    /// the transfer size, so that no transfer straddles two chunks.
     pub fn create_chunked(
         &self,
         dir: u128,
