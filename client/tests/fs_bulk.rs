@@ -109,6 +109,97 @@ fn bulk_requests_place_bytes_and_zero_holes() {
     assert_eq!(conn.request(&absent).unwrap(), Reply::Placed(None));
 }
 
+/// A batch of extent writes (bulk and framed, for both targets) runs as one
+/// group per target: one reply per item, in order, each what the item gets
+/// alone (a bulk range outside the region and a write to a single value's
+/// key are refused alone), and the bytes read back.
+#[test]
+fn a_batch_of_bulk_and_framed_extent_writes_answers_as_its_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(&dir);
+    let area = BulkArea::create(2).unwrap();
+    let url = unix_url(&e).parse().unwrap();
+    let with_area = ConnectOptions {
+        bulk_fd: Some(area.raw_fd()),
+        ..ConnectOptions::default()
+    };
+    let (conn, session) = Connection::open(&url, &with_area, Duration::from_secs(10)).unwrap();
+    assert!(session.bulk_mapped);
+    let single = Key::new(3, 9, b"single", b"d");
+    assert!(matches!(
+        conn.request(&Request::Update {
+            key: single.clone(),
+            value: b"v".to_vec()
+        })
+        .unwrap(),
+        Reply::Version(_)
+    ));
+    let src = area.lease().unwrap();
+    src.fill(&pattern(64 * 100, 5));
+    let key = |i: usize| Key::new(3, 9, format!("f{i}").as_bytes(), b"d");
+    let mut batch: Vec<Request> = (0..40)
+        .map(|i| match i % 2 {
+            0 => Request::BulkWrite {
+                key: key(i),
+                offset: i as u64,
+                region_offset: src.offset() + (i * 100) as u64,
+                len: 100,
+            },
+            _ => Request::ExtentWrite {
+                key: key(i),
+                offset: i as u64,
+                data: pattern(100, 5)[..].to_vec(),
+            },
+        })
+        .collect();
+    let outside = Request::BulkWrite {
+        key: key(99),
+        offset: 0,
+        region_offset: area.len() as u64 - 10,
+        len: 11,
+    };
+    batch.insert(7, outside);
+    let on_single = Request::BulkWrite {
+        key: single.clone(),
+        offset: 0,
+        region_offset: src.offset(),
+        len: 4,
+    };
+    batch.insert(13, on_single);
+    let owners: std::collections::HashSet<_> = batch.iter().map(|r| r.owner(2)).collect();
+    assert_eq!(owners.len(), 2, "the batch did not span both targets");
+    let Reply::Batch(replies) = conn.request(&Request::Batch(batch.clone())).unwrap() else {
+        panic!("batch")
+    };
+    assert_eq!(replies.len(), batch.len());
+    for (i, r) in replies.iter().enumerate() {
+        match i {
+            7 => assert!(
+                matches!(
+                    r,
+                    Reply::Error {
+                        code: ErrorCode::BadRegion,
+                        ..
+                    }
+                ),
+                "{r:?}"
+            ),
+            13 => assert!(matches!(r, Reply::Error { .. }), "{r:?}"),
+            _ => assert!(matches!(r, Reply::Version(_)), "item {i}: {r:?}"),
+        }
+    }
+    let client = Client::connect(&tcp_url(&e)).unwrap();
+    for i in 0..40 {
+        let want = match i % 2 {
+            0 => pattern(64 * 100, 5)[i * 100..(i + 1) * 100].to_vec(),
+            _ => pattern(100, 5),
+        };
+        let got = client.read_extent(&key(i), i as u64, 100).unwrap().unwrap();
+        assert_eq!(got.value, want, "file {i}");
+    }
+    assert!(client.read_extent(&key(99), 0, 11).unwrap().is_none());
+}
+
 #[test]
 fn files_round_trip_through_the_bulk_region() {
     let dir = tempfile::tempdir().unwrap();

@@ -202,26 +202,51 @@ pub(crate) async fn handle_bulk(req: Request, mut slice: BulkSlice) -> Reply {
     }
 }
 
-/// Is `req` a write [`handle_writes`] takes: an update, a conditional
-/// update, or a punch of an akey or a dkey?
-pub fn is_group_write(req: &Request) -> bool {
-    write_op(req).is_some()
+/// A write of a group ([`handle_writes`]): an update, a conditional
+/// update, an extent write or a punch of an akey or a dkey; a `BulkWrite`
+/// with its checked range of the connection's bulk region.
+pub(crate) struct GroupWrite {
+    pub req: Request,
+    pub bulk: Option<BulkSlice>,
 }
 
-/// Runs several writes (each [`is_group_write`]) against this xstream's
-/// target as one group: appended in order and acknowledged together once
-/// the commit that carries them is durable ([`Store::write_many`]). One
-/// reply per write, in order, each what the write alone gets.
-pub async fn handle_writes(writes: Vec<Request>) -> Vec<Reply> {
+impl GroupWrite {
+    /// Is `req` a write of a group? A `BulkWrite` is one only with its
+    /// range (`bulk`).
+    pub(crate) fn takes(req: &Request, bulk: bool) -> bool {
+        match req {
+            Request::BulkWrite { .. } => bulk,
+            other => write_op(other).is_some(),
+        }
+    }
+
+    /// What the store runs for it.
+    fn op(&self) -> Option<WriteOp<'_>> {
+        match (&self.req, &self.bulk) {
+            (Request::BulkWrite { key, offset, .. }, Some(slice)) => Some(WriteOp::Extent {
+                key: key.as_record_key(),
+                offset: *offset,
+                bytes: slice.bytes(),
+            }),
+            (req, _) => write_op(req),
+        }
+    }
+}
+
+/// Runs several writes against this xstream's target as one group:
+/// appended in order and acknowledged together once the commit that
+/// carries them is durable ([`Store::write_many`]). One reply per write, in
+/// order, each what the write alone gets.
+pub(crate) async fn handle_writes(writes: Vec<GroupWrite>) -> Vec<Reply> {
     let t = match serving(true) {
         Ok(t) => t,
         Err(refusal) => return vec![refusal; writes.len()],
     };
-    let ops: Vec<Option<WriteOp<'_>>> = writes.iter().map(write_op).collect();
+    let ops: Vec<Option<WriteOp<'_>>> = writes.iter().map(GroupWrite::op).collect();
     let valid: Vec<WriteOp<'_>> = ops.iter().flatten().copied().collect();
     let mut done = t.store.write_many(&valid).await.into_iter();
-    let replies = writes.iter().zip(&ops).map(|(req, op)| match (req, op) {
-        (_, None) => Reply::error(
+    let replies = writes.iter().zip(&ops).map(|(w, op)| match (&w.req, op) {
+        (req, None) => Reply::error(
             ErrorCode::Internal,
             format!("{:?} is not a group write", req.kind()),
         ),
@@ -250,6 +275,11 @@ fn write_op(req: &Request) -> Option<WriteOp<'_>> {
             key: key.as_record_key(),
             value,
             cond: condition(*expected_version),
+        },
+        Request::ExtentWrite { key, offset, data } => WriteOp::Extent {
+            key: key.as_record_key(),
+            offset: *offset,
+            bytes: data,
         },
         Request::Punch {
             scope: PunchScope::Akey,

@@ -141,9 +141,10 @@ fn background_flush_makes_process_durability_writes_stable() {
 
 /// `write_many` appends a group in order and acknowledges it after one
 /// commit: every write it acknowledged (updates, conditional inserts,
-/// punches) is on the device (flushed, under device durability) and
-/// survives a power loss; a write the store refuses (a byte array's key,
-/// an oversized value) fails alone, and an insert of a name that exists
+/// extent writes, punches) is on the device (flushed, under device
+/// durability) and survives a power loss; a write the store refuses (a
+/// byte array's key, a single value's key, an oversized value, an empty
+/// extent) fails alone, and an insert of a name that exists
 /// conflicts without a record.
 #[test]
 fn a_group_of_writes_is_one_commit_and_survives_power_loss() {
@@ -209,6 +210,24 @@ fn a_group_of_writes_is_one_commit_and_survives_power_loss() {
                 cond: Condition::Absent,
             };
             ops.insert(11, insert_taken);
+            // Extent writes: one that applies, one to a single value's key
+            // and an empty one (both refused).
+            let extent_at = ops.len();
+            ops.push(WriteOp::Extent {
+                key: array,
+                offset: 5,
+                bytes: b"-more",
+            });
+            ops.push(WriteOp::Extent {
+                key: taken,
+                offset: 0,
+                bytes: b"x",
+            });
+            ops.push(WriteOp::Extent {
+                key: array,
+                offset: 9,
+                bytes: b"",
+            });
             let commits = store.stats().commits;
             let results = store.write_many(&ops).await;
             assert_eq!(store.stats().commits, commits + 1, "not one commit");
@@ -219,6 +238,10 @@ fn a_group_of_writes_is_one_commit_and_survives_power_loss() {
                 match (i, r) {
                     (3, r) => assert!(r.is_err(), "an array's key took a single value"),
                     (7, r) => assert!(r.is_err(), "an oversized value was taken"),
+                    (i, r) if i == extent_at + 1 => {
+                        assert!(r.is_err(), "a single value's key took an extent")
+                    }
+                    (i, r) if i == extent_at + 2 => assert!(r.is_err(), "an empty extent"),
                     (11, r) => assert_eq!(
                         r.as_ref().ok(),
                         Some(&Conditional::Conflict(Some(taken_version)))
@@ -238,8 +261,8 @@ fn a_group_of_writes_is_one_commit_and_survives_power_loss() {
                 let got = store.fetch(&RecordKey::new(1, 9, b"d", &key(k))).await;
                 assert_eq!(got.unwrap().map(|(_, v)| v), Some(value(k, 1)), "key {k}");
             }
-            let got = store.fetch_extent(&array, 0, 5).await.unwrap();
-            assert_eq!(got.map(|(_, v)| v), Some(b"bytes".to_vec()));
+            let got = store.fetch_extent(&array, 0, 10).await.unwrap();
+            assert_eq!(got.map(|(_, v)| v), Some(b"bytes-more".to_vec()));
             assert_eq!(
                 store.fetch(&gone).await.unwrap(),
                 None,

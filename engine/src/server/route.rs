@@ -14,7 +14,7 @@ use futures::future::join_all;
 
 use super::bulk::{BulkRegion, BulkSlice};
 use super::Shared;
-use crate::target;
+use crate::target::{self, GroupWrite};
 
 /// Runs one request (after the handshake) and returns its reply. `bulk` is
 /// the connection's bulk region, if it has one.
@@ -46,8 +46,9 @@ fn push_grouped<T>(groups: &mut Vec<Group<T>>, t: usize, i: usize, item: T) {
 
 /// Runs the items of a batch (or a burst of pipelined requests) and returns
 /// their replies in order. Its writes bound for one target (updates,
-/// conditional updates and punches of akeys or dkeys: the creates and
-/// deletes of a batch of files) travel there as one message and are
+/// conditional updates, extent writes (bulk ones too) and punches of akeys
+/// or dkeys: the data, creates and deletes of a batch of files) travel
+/// there as one message and are
 /// appended and committed as one group ([`target::handle_writes`]: one mesh
 /// crossing, one task and one wait for durability per target instead of
 /// per write); its fetches of one target
@@ -60,15 +61,28 @@ pub(crate) async fn execute_batch(
     bulk: Option<&Arc<BulkRegion>>,
 ) -> Vec<Reply> {
     let count = items.len();
-    let mut writes: Vec<Group<Request>> = Vec::new();
+    let mut writes: Vec<Group<GroupWrite>> = Vec::new();
     let mut fetches: Vec<Group<Key>> = Vec::new();
     let mut others = Vec::new();
     for (i, item) in items.into_iter().enumerate() {
         let t = owner(shared, &item);
-        match item {
-            Request::Fetch { key } => push_grouped(&mut fetches, t, i, key),
-            write if target::is_group_write(&write) => push_grouped(&mut writes, t, i, write),
-            other => others.push((i, other)),
+        if let Request::Fetch { key } = item {
+            push_grouped(&mut fetches, t, i, key);
+            continue;
+        }
+        // A bulk write whose range is refused runs alone, which refuses it.
+        let slice = match item {
+            Request::BulkWrite { .. } => bulk_slice(bulk, &item).ok(),
+            _ => None,
+        };
+        if GroupWrite::takes(&item, slice.is_some()) {
+            let write = GroupWrite {
+                req: item,
+                bulk: slice,
+            };
+            push_grouped(&mut writes, t, i, write);
+        } else {
+            others.push((i, item));
         }
     }
     let writes = writes
@@ -96,7 +110,7 @@ pub(crate) async fn execute_batch(
 
 /// Runs a group of writes on target `t`'s xstream; notes a target turned
 /// read-only.
-async fn writes_on_target(shared: &Arc<Shared>, t: usize, group: Vec<Request>) -> Vec<Reply> {
+async fn writes_on_target(shared: &Arc<Shared>, t: usize, group: Vec<GroupWrite>) -> Vec<Reply> {
     let count = group.len();
     let replies = on_xstream(shared, t, move || target::handle_writes(group))
         .await

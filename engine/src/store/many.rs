@@ -11,8 +11,8 @@ use ferrite_proto::key::{KeyHash, RecordKey};
 use ferrite_proto::record::{record_len, RecordFlags};
 
 /// One write of [`Store::write_many`]: what [`Store::update`],
-/// [`Store::update_if`], [`Store::punch`] or [`Store::punch_dkey`] does
-/// alone.
+/// [`Store::update_if`], [`Store::update_extent`], [`Store::punch`] or
+/// [`Store::punch_dkey`] does alone.
 #[derive(Debug, Clone, Copy)]
 pub enum WriteOp<'a> {
     /// Replace the key's single value.
@@ -23,6 +23,12 @@ pub enum WriteOp<'a> {
         value: &'a [u8],
         cond: Condition,
     },
+    /// Write `bytes` at `offset` of the key's byte array.
+    Extent {
+        key: RecordKey<'a>,
+        offset: u64,
+        bytes: &'a [u8],
+    },
     /// Delete the akey (`dkey`: every akey of the key's dkey; the key's
     /// akey is then empty).
     Punch { key: RecordKey<'a>, dkey: bool },
@@ -31,13 +37,17 @@ pub enum WriteOp<'a> {
 impl<'a> WriteOp<'a> {
     fn key(&self) -> &RecordKey<'a> {
         match self {
-            Self::Update { key, .. } | Self::UpdateIf { key, .. } | Self::Punch { key, .. } => key,
+            Self::Update { key, .. }
+            | Self::UpdateIf { key, .. }
+            | Self::Extent { key, .. }
+            | Self::Punch { key, .. } => key,
         }
     }
 
     fn value(&self) -> &'a [u8] {
         match self {
             Self::Update { value, .. } | Self::UpdateIf { value, .. } => value,
+            Self::Extent { bytes, .. } => bytes,
             Self::Punch { .. } => &[],
         }
     }
@@ -109,6 +119,11 @@ impl Store {
                 let (e, version) = self.append(spec, Some(false)).await?;
                 Ok(Step::Done(Some(e), Conditional::Applied(version)))
             }
+            WriteOp::Extent { offset, bytes, .. } => {
+                let spec = Self::extent_spec(key, offset, bytes)?;
+                let (e, version) = self.append(spec, Some(true)).await?;
+                Ok(Step::Done(Some(e), Conditional::Applied(version)))
+            }
             WriteOp::Punch { dkey, .. } => {
                 let flags = punch_flags(dkey).with(RecordFlags::TOMBSTONE);
                 let spec = AppendSpec::new(key, &[], flags, 0);
@@ -124,6 +139,9 @@ impl Store {
             WriteOp::UpdateIf { key, value, cond } => self.update_if(&key, value, cond).await,
             WriteOp::Update { key, value } => {
                 self.update(&key, value).await.map(Conditional::Applied)
+            }
+            WriteOp::Extent { key, offset, bytes } => {
+                (self.update_extent(&key, offset, bytes).await).map(Conditional::Applied)
             }
             WriteOp::Punch { key, dkey } => {
                 (self.punch_with(&key, punch_flags(dkey)).await).map(Conditional::Applied)

@@ -217,6 +217,17 @@ impl Store {
         offset: u64,
         bytes: &[u8],
     ) -> Result<u64> {
+        let spec = Self::extent_spec(key, offset, bytes)?;
+        self.write(spec, Some(true)).await
+    }
+
+    /// The record of a write of `bytes` at `offset` of the key's byte
+    /// array, checked: not empty, not past the end of the address space.
+    pub(super) fn extent_spec<'a>(
+        key: &'a RecordKey<'a>,
+        offset: u64,
+        bytes: &'a [u8],
+    ) -> Result<AppendSpec<'a>> {
         Self::validate(key, bytes.len())?;
         if bytes.is_empty() || offset.checked_add(bytes.len() as u64).is_none() {
             return Err(StoreError::Invalid(format!(
@@ -224,13 +235,8 @@ impl Store {
                 bytes.len()
             )));
         }
-        let spec = AppendSpec::new(
-            key,
-            bytes,
-            RecordFlags::empty().with(RecordFlags::EXTENT),
-            offset,
-        );
-        self.write(spec, Some(true)).await
+        let flags = RecordFlags::empty().with(RecordFlags::EXTENT);
+        Ok(AppendSpec::new(key, bytes, flags, offset))
     }
 
     /// Writes the single value only if `cond` holds against the key's latest
