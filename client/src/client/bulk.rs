@@ -9,7 +9,9 @@
 //! piece each), followed by [`BULK_SMALL_PER_SLOT`] times as many small
 //! slots of [`BULK_SMALL_SLOT_BYTES`] for small pieces (a 3901-byte
 //! mdtest-hard file took a whole slot, so 128 slots served 128 of the 512
-//! files 8 tasks had in flight, and the rest travelled inside the frames).
+//! files 8 tasks had in flight, and the rest travelled inside the frames;
+//! with 256 files a task, 1024 small slots still left 1024 of 2048 to the
+//! frames, whose megabyte bodies the engine allocated and faulted in anew).
 //! Every connection of a [`Client`](super::Client) sends the same fd with
 //! its Login. A request takes a slot with [`BulkArea::lease`]
 //! and gives it back when its reply arrived ([`BulkLease::settle`]); no free
@@ -46,9 +48,9 @@ pub const BULK_SLOT_BYTES: usize = VALUE_MAX_BYTES;
 pub const BULK_SLOTS_DEFAULT: usize = 128;
 /// Bytes of a small slot: pieces up to this long take one.
 pub const BULK_SMALL_SLOT_BYTES: usize = 8 << 10;
-/// Small slots per slot of an area: 128 slots come with 1024 small ones
-/// (8 MiB).
-pub const BULK_SMALL_PER_SLOT: usize = 8;
+/// Small slots per slot of an area: 128 slots come with 4096 small ones
+/// (32 MiB), room for the 2048 files 8 io500 tasks have in flight, twice.
+pub const BULK_SMALL_PER_SLOT: usize = 32;
 
 /// A mapped, sealed memory file cut into slots.
 pub struct BulkArea {
