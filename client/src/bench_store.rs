@@ -542,14 +542,27 @@ mod imp {
         }
     }
 
+    /// Nine updates in ten go to a tenth of the keys, so the oldest
+    /// segments keep live (cold) records for the cleaner to copy.
+    fn skewed(i: usize) -> usize {
+        let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7;
+        if i % 10 == 0 {
+            h
+        } else {
+            h % 410
+        }
+    }
+
     /// 4 KiB overwrites of a 16 MiB live set on a log four times larger,
     /// on a device file written whole beforehand (as a deployed device is:
     /// the first writes into a sparse file pay for allocating it, which
     /// made the idle rounds, the first over the file, the slower ones): a
-    /// round that writes every key, three rounds over every key with the
-    /// cleaner idle (nothing to clean: each overwrite round frees the
-    /// segments of the one before), then six skewed rounds with it running
-    /// and copying cold keys.
+    /// round that writes every key, then three times two skewed rounds with
+    /// the cleaner running and copying cold keys, and a round over every
+    /// key with it stopped (nothing to clean: the round frees every older
+    /// segment). Idle and busy rounds alternate so that both see the same
+    /// device: run after run on one host, the idle p99 of three idle rounds
+    /// run first ranged 377-1025 us, and the ratio with it.
     fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
         let (keys, size) = (4096usize, 4096usize);
         let bytes = 96 << 20;
@@ -573,49 +586,41 @@ mod imp {
                 };
                 let s = Rc::new(Store::open(bdev, cfg).await?);
                 update_all(&s, keys, size, concurrency, 0).await?;
-                let mut idle = histogram();
-                for round in 1..4 {
-                    let (_, h) = update_all(&s, keys, size, concurrency, round).await?;
+                let (peak, sampler) = sample_peak_used_over_live(&s);
+                let (mut idle, mut busy) = (histogram(), histogram());
+                // Store counters before and after each busy pair of rounds.
+                let mut windows = Vec::new();
+                let mut busy_secs = 0.0;
+                for block in 0..3u8 {
+                    let before = s.stats();
+                    let cleaner = s.spawn_cleaner();
+                    let start = Instant::now();
+                    for round in [1 + 3 * block, 2 + 3 * block] {
+                        let (_, h) =
+                            update_keys(&s, keys, size, concurrency, round, skewed).await?;
+                        busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    }
+                    busy_secs += start.elapsed().as_secs_f64();
+                    s.stop_cleaner();
+                    cleaner.await;
+                    windows.push((before, s.stats()));
+                    let (_, h) = update_all(&s, keys, size, concurrency, 3 + 3 * block).await?;
                     idle.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 }
-                let before = s.stats();
-                let cleaner = s.spawn_cleaner();
-                let (peak, sampler) = sample_peak_used_over_live(&s);
-                let mut busy = histogram();
-                let start = Instant::now();
-                for round in 4..10 {
-                    // Nine updates in ten go to a tenth of the keys, so the
-                    // oldest segments keep live (cold) records to copy.
-                    let skewed = |i: usize| {
-                        let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7;
-                        if i % 10 == 0 {
-                            h
-                        } else {
-                            h % 410
-                        }
-                    };
-                    let (_, h) = update_keys(&s, keys, size, concurrency, round, skewed).await?;
-                    busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                }
-                let busy_secs = start.elapsed().as_secs_f64();
                 let peak_used_over_live = peak.get();
                 sampler.cancel();
-                s.stop_cleaner();
-                cleaner.await;
                 let st = s.stats();
-                anyhow::ensure!(
-                    st.cleaner_passes > before.cleaner_passes,
-                    "the cleaner never ran"
-                );
+                // How much a counter grew over the busy rounds.
+                let grew = |c: fn(&ferrite_engine::store::StoreStats) -> u64| {
+                    windows.iter().map(|(b, a)| c(a) - c(b)).sum::<u64>() as f64
+                };
+                anyhow::ensure!(grew(|c| c.cleaner_passes) > 0.0, "the cleaner never ran");
                 let f = |name: &str, unit: &'static str, v: f64| Figure {
                     name: format!("store.cleaner.{name}.{label}.4KiB"),
                     unit,
                     ferrite: v,
                 };
                 let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
-                // How much a counter grew over the busy phase.
-                let grew =
-                    |c: fn(&ferrite_engine::store::StoreStats) -> u64| (c(&st) - c(&before)) as f64;
                 Ok(vec![
                     f("idle_p50", "us", q(&idle, 0.5)),
                     f("idle_p99", "us", q(&idle, 0.99)),

@@ -33,6 +33,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Free slots only the cleaner may open a segment in.
 pub(crate) const CLEANER_SLOTS: usize = 2;
+/// Writes of a device-durability commit up to which each carries its own
+/// flush (a commit with cleaner copies has two: the hot head's and the
+/// cold segment's); a commit cut into more writes flushes once after them.
+const DURABLE_WRITES_MAX: usize = 4;
 /// Waits for space (1 ms each) before giving up with `LogFull`.
 const SPACE_WAIT_ROUNDS: u32 = 20_000;
 /// How long a write waits for a running cleaner to bring disk use back
@@ -669,9 +673,6 @@ impl Store {
             (log.appends, log.cold_unwritten)
         };
         let device = self.config.durability == Durability::Device;
-        // A commit of one write carries its flush (Channel::write_durable).
-        let durable =
-            device && matches!(ranges[..], [(from, to)] if self.chunk_end(from, to) == to);
         // The ranges (the hot head's, the cold segment's) and the writes
         // each is cut into are written at once: a commit waits for one
         // device write, not one per range or per `max_commit_bytes` (every
@@ -686,6 +687,10 @@ impl Store {
                 at = self.chunk_end(at, to);
             }
         }
+        // A commit of a few writes has each carry its flush
+        // (Channel::write_durable): they run at once, so the commit waits
+        // for one device round trip, not a write and then a flush.
+        let durable = device && chunks.len() <= DURABLE_WRITES_MAX;
         let writes = (chunks.into_iter()).map(|(at, to)| self.write_chunk(at, to, durable));
         futures::future::try_join_all(writes).await?;
         if durable {
