@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use ferrite_client::client::Client;
 use ferrite_client::fs::io500::FerriteBackend;
-use ferrite_client::fs::{Namespace, ROOT_OBJECT};
+use ferrite_client::fs::{Namespace, READDIR_PAGE, ROOT_OBJECT};
 use ferrite_client::io500::config::MDTEST_FILES_PER_GROUP;
 use ferrite_client::io500::{run, Config, Io500Backend};
 
@@ -156,7 +156,7 @@ fn readdir_gets_entries_with_the_listing_without_one_sided_reads() {
     .unwrap();
     let ns = Namespace::new(Arc::new(client), 9);
     let d = ns.mkdir(ROOT_OBJECT, "d", 0o755).unwrap();
-    let n = 1500usize; // two listing pages
+    let n = READDIR_PAGE as usize * 3 / 2; // two listing pages
     for i in 0..n {
         ns.close(ns.create(d.object, &format!("e{i}"), 0o644).unwrap())
             .unwrap();

@@ -322,11 +322,11 @@ fn merge_values(replies: Vec<Reply>, limit: usize) -> Reply {
     })
 }
 
-/// Sorts and dedups what `split` takes out of each reply and keeps the
-/// exact prefix of the listing: a target that has more listed its entries
-/// only up to its last one, so nothing past the smallest such last entry is
-/// kept (another target's entries may be missing there); then cuts it to
-/// `limit` (then more follow); the first error reply wins.
+/// Merges the sorted lists `split` takes out of each reply, each item once,
+/// and keeps the exact prefix of the listing: a target that has more listed
+/// its entries only up to its last one, so nothing past the smallest such
+/// last entry is kept (another target's entries may be missing there); then
+/// cuts it to `limit` (then more follow); the first error reply wins.
 fn merge<T: Ord + Clone>(
     replies: Vec<Reply>,
     limit: usize,
@@ -347,17 +347,43 @@ fn merge<T: Ord + Clone>(
         .min()
         .cloned();
     let mut more = lists.iter().any(|(_, more)| *more);
-    let mut all: Vec<T> = lists.into_iter().flat_map(|(items, _)| items).collect();
-    all.sort();
-    all.dedup();
-    if let Some(cutoff) = cutoff {
-        all.truncate(all.partition_point(|item| *item <= cutoff));
-    }
+    let lists = lists.into_iter().map(|(items, _)| items).collect();
+    let mut all = merge_sorted(lists, cutoff.as_ref(), limit + 1);
     if all.len() > limit {
         all.truncate(limit);
         more = true;
     }
     join(all, more)
+}
+
+/// The items of the sorted `lists` in order, each once, none past `cutoff`,
+/// at most `take`: one pass over the lists' heads (they were sorted by
+/// their targets; sorting their concatenation was a tenth of the engine's
+/// time in io500's find).
+fn merge_sorted<T: Ord>(lists: Vec<Vec<T>>, cutoff: Option<&T>, take: usize) -> Vec<T> {
+    // Reversed, so that each list's head is its last item, popped in O(1).
+    let mut lists: Vec<Vec<T>> = (lists.into_iter())
+        .map(|mut items| {
+            items.reverse();
+            items
+        })
+        .collect();
+    let mut out: Vec<T> = Vec::with_capacity(take.min(lists.iter().map(Vec::len).sum()));
+    while out.len() < take {
+        let least = (0..lists.len())
+            .filter(|&i| !lists[i].is_empty())
+            .min_by(|&a, &b| lists[a].last().cmp(&lists[b].last()));
+        let Some(item) = least.and_then(|i| lists[i].pop()) else {
+            break;
+        };
+        if cutoff.is_some_and(|c| item > *c) {
+            break;
+        }
+        if out.last() != Some(&item) {
+            out.push(item);
+        }
+    }
+    out
 }
 
 /// Entries each of `targets` targets lists for a merged page of `limit`
@@ -450,6 +476,27 @@ mod tests {
         assert_eq!(merged, want);
         let err = Reply::error(ErrorCode::Io, "x");
         assert_eq!(merge_values(vec![err.clone(), want], 4), err);
+    }
+
+    proptest::proptest! {
+        /// Merging sorted lists gives what sorting their concatenation,
+        /// dropping duplicates and items past the cutoff, and taking the
+        /// first `take` gives.
+        #[test]
+        fn merging_sorted_lists_is_sorting_their_concatenation(
+            lists in proptest::collection::vec(
+                proptest::collection::btree_set(0u16..200, 0..40), 0..5),
+            cutoff in proptest::option::of(0u16..220),
+            take in 0usize..100,
+        ) {
+            let lists: Vec<Vec<u16>> = lists.into_iter().map(|l| l.into_iter().collect()).collect();
+            let mut want: Vec<u16> = lists.iter().flatten().copied().collect();
+            want.sort();
+            want.dedup();
+            want.retain(|x| cutoff.is_none_or(|c| *x <= c));
+            want.truncate(take);
+            proptest::prop_assert_eq!(merge_sorted(lists, cutoff.as_ref(), take), want);
+        }
     }
 
     /// Past the smallest last entry of a target that has more, nothing is
