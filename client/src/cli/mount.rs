@@ -95,6 +95,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
             break;
         }
     }
+    super::unmounting();
     session.join();
     if is_mounted(&a.mountpoint) {
         bail!(
