@@ -211,13 +211,9 @@ pub(crate) struct GroupWrite {
 }
 
 impl GroupWrite {
-    /// Is `req` a write of a group? A `BulkWrite` is one only with its
-    /// range (`bulk`).
-    pub(crate) fn takes(req: &Request, bulk: bool) -> bool {
-        match req {
-            Request::BulkWrite { .. } => bulk,
-            other => write_op(other).is_some(),
-        }
+    /// Does a group take it? A `BulkWrite` only with its range.
+    pub(crate) fn is_grouped(&self) -> bool {
+        self.op().is_some()
     }
 
     /// What the store runs for it.

@@ -75,14 +75,14 @@ pub(crate) async fn execute_batch(
             Request::BulkWrite { .. } => bulk_slice(bulk, &item).ok(),
             _ => None,
         };
-        if GroupWrite::takes(&item, slice.is_some()) {
-            let write = GroupWrite {
-                req: item,
-                bulk: slice,
-            };
+        let write = GroupWrite {
+            req: item,
+            bulk: slice,
+        };
+        if write.is_grouped() {
             push_grouped(&mut writes, t, i, write);
         } else {
-            others.push((i, item));
+            others.push((i, write.req));
         }
     }
     let writes = writes
