@@ -17,7 +17,13 @@
 //! their total `metadata_bytes_per_key` (bucket region + bucket free list +
 //! the larger of the directory's count and the heap growth), with the load
 //! factor it was measured at (`bucket_load`: used slots over all slots) and
-//! the mean buckets a one-sided reader walks to a key's slot.
+//! the mean buckets a one-sided reader walks to a key's slot. Beside the
+//! fetch rates, the host's dependent-load latency over a buffer the size of
+//! the fetches' working set (bucket region and live records), measured on
+//! the same core in the same run, and the one-per-call rate of fetches that
+//! were nothing but their two dependent loads over it
+//! (`fetch_one_per_call_memory_only`): a resident fetch is a bucket load,
+//! then a load of the record the slot points at.
 //! The bucket table has the engine's default shape (overflow pool a quarter
 //! of the main area) and the smallest main area (any count) that holds the
 //! keys at a load of at most `--load`, so the measured load is `--load`
@@ -31,6 +37,8 @@
 //! `hack/bench-rocksdb` fills them with RocksDB's figures).
 
 use std::path::PathBuf;
+
+mod chase;
 
 /// Arguments of `ferrite bench store`.
 #[derive(clap::Args, Debug, Clone)]
@@ -63,6 +71,10 @@ pub struct BenchStoreArgs {
     /// Run only the cleaner idle-vs-busy case (no update/fetch cases).
     #[arg(long, conflicts_with = "no_cleaner")]
     pub cleaner_only: bool,
+    /// Fetches per fetch figure (default: 4 GiB of values, at least every
+    /// key once, at most 4 million).
+    #[arg(long)]
+    pub fetches: Option<u64>,
     /// Largest fill of the bucket table (keys over all slots) to size it
     /// for; chaining with the default overflow pool fills to about 0.66.
     #[arg(long, default_value_t = 0.6)]
@@ -109,7 +121,7 @@ pub fn run(args: BenchStoreArgs) -> anyhow::Result<()> {
 mod imp {
     use super::{BenchStoreArgs, Figure};
     use anyhow::Context;
-    use ferrite_engine::store::{Store, StoreConfig};
+    use ferrite_engine::store::{Store, StoreConfig, StoreStats};
     use ferrite_proto::bucket::SLOTS_PER_BUCKET;
     use ferrite_proto::key::RecordKey;
     use hdrhistogram::Histogram;
@@ -450,7 +462,9 @@ mod imp {
         let device_bytes = device_bytes.div_ceil(1 << 20) << 20;
         let spec = device_spec(kind, dir, &format!("{kind}-{size}"), device_bytes)?;
         let concurrency = args.concurrency.max(1);
-        let fetch_ops = ((4u64 << 30) / size as u64).clamp(keys as u64, 4_000_000);
+        let fetch_ops = args
+            .fetches
+            .unwrap_or_else(|| ((4u64 << 30) / size as u64).clamp(keys as u64, 4_000_000));
         let label = format!("{kind}.{}", size_label(size));
         let load = args.load;
         let figures = on_xstream(move || {
@@ -501,6 +515,9 @@ mod imp {
                 for (name, unit, v) in memory_figures(&s, heap) {
                     out.push(f(name, unit, v));
                 }
+                for (name, unit, v) in memory_only(&st) {
+                    out.push(f(name, unit, v));
+                }
                 Ok(out)
             })
         })?;
@@ -532,6 +549,23 @@ mod imp {
             ("bucket_reads_per_key", "ratio", s.mean_bucket_reads()),
         ]);
         out
+    }
+
+    /// Dependent loads timed per latency figure.
+    const CHASE_LOADS: usize = 2_000_000;
+
+    /// The host's dependent-load latency over a buffer the size of the
+    /// bucket region and the live records together (the fetches' working
+    /// set), and the one-per-call rate of fetches that were nothing but
+    /// their loads: a resident fetch loads the key's bucket, then the record
+    /// whose address the bucket holds, two dependent loads over that set.
+    fn memory_only(st: &StoreStats) -> [(&'static str, &'static str, f64); 2] {
+        let set = st.bucket_region_bytes + st.live_bytes as usize;
+        let ns = super::chase::dependent_load_ns(set, CHASE_LOADS);
+        [
+            ("host_load_ns_over_working_set", "ns", ns),
+            ("fetch_one_per_call_memory_only", "ops/s", 1e9 / (2.0 * ns)),
+        ]
     }
 
     fn size_label(size: usize) -> String {
@@ -611,7 +645,7 @@ mod imp {
                 sampler.cancel();
                 let st = s.stats();
                 // How much a counter grew over the busy rounds.
-                let grew = |c: fn(&ferrite_engine::store::StoreStats) -> u64| {
+                let grew = |c: fn(&StoreStats) -> u64| {
                     windows.iter().map(|(b, a)| c(a) - c(b)).sum::<u64>() as f64
                 };
                 anyhow::ensure!(grew(|c| c.cleaner_passes) > 0.0, "the cleaner never ran");
