@@ -309,3 +309,58 @@ fn file_groups_share_round_trips_and_keep_each_files_outcome() {
     backend.drain().unwrap();
     assert!(other.lookup(ROOT_OBJECT, "taken").is_ok());
 }
+
+#[test]
+fn stat_files_answers_each_path_as_stat_does_without_requests() {
+    let backend = backend();
+    backend.mkdir("d").unwrap();
+    backend.mkdir("d/e").unwrap();
+    let data = vec![7u8; 3901];
+    let made = backend.create_files(&[("d/a".into(), &data[..]), ("b".into(), &[][..])]);
+    assert!(made.iter().all(Result::is_ok), "{made:?}");
+    let paths: Vec<String> = [
+        "d/a",
+        "b",
+        "missing",
+        "d/e",
+        "d/..",
+        "d/missing",
+        "nodir/x",
+        "b/x",
+    ]
+    .map(String::from)
+    .to_vec();
+    let counters = || backend.namespace().client().counters();
+    let before = counters();
+    let batch = backend.stat_files(&paths);
+    // The entries looked up together, every one (present or not) settled one-sided over
+    // shm; the paths whose directory fails are left out.
+    let used = counters().since(&before);
+    assert_eq!(
+        (used.one_sided_batches, used.rpc_requests),
+        (1, 0),
+        "{used:?}"
+    );
+    // Six in the batch ("d/.." too: its bad name fails alone after), and the lookups of
+    // "nodir" and "b" as directories.
+    assert_eq!(used.one_sided_hits, 8, "{used:?}");
+    assert_eq!(batch.len(), paths.len());
+    for (path, got) in paths.iter().zip(&batch) {
+        let one = backend.stat(path);
+        match (got, &one) {
+            (Ok(a), Ok(b)) => assert_eq!(
+                (a.kind, a.size_bytes, a.mtime),
+                (b.kind, b.size_bytes, b.mtime),
+                "{path}"
+            ),
+            (Err(a), Err(b)) => assert_eq!(a.kind(), b.kind(), "{path}: {a} / {b}"),
+            _ => panic!("{path}: stat_files {got:?}, stat {one:?}"),
+        }
+    }
+    assert_eq!(batch[0].as_ref().unwrap().size_bytes, 3901);
+    assert_eq!(
+        batch[2].as_ref().unwrap_err().kind(),
+        std::io::ErrorKind::NotFound
+    );
+    assert!(batch[4].is_err() && batch[6].is_err() && batch[7].is_err());
+}

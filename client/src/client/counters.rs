@@ -17,6 +17,7 @@ struct Shard {
     rpc_requests: AtomicU64,
     listed_reads: AtomicU64,
     extent_lists: AtomicU64,
+    one_sided_batches: AtomicU64,
 }
 
 /// Live counters of one client (all its threads).
@@ -55,6 +56,9 @@ pub struct CounterSnapshot {
     pub listed_reads: u64,
     /// Extent lists asked of the engine (ExtentList requests).
     pub extent_lists: u64,
+    /// Lookups of several keys at once whose one-sided reads overlap
+    /// (`get_many_into`: the keys' hits count in `one_sided_hits`).
+    pub one_sided_batches: u64,
     /// RPC replies read off the socket by the caller that was waiting for
     /// them (one wake-up per round trip), of all replies read (the rest by
     /// the connection's reader thread, see `client::reader`).
@@ -88,6 +92,7 @@ impl CounterSnapshot {
             rpc_requests: self.rpc_requests - earlier.rpc_requests,
             listed_reads: self.listed_reads - earlier.listed_reads,
             extent_lists: self.extent_lists - earlier.extent_lists,
+            one_sided_batches: self.one_sided_batches - earlier.one_sided_batches,
             replies_read_by_caller: self.replies_read_by_caller - earlier.replies_read_by_caller,
             replies_read_polling: self.replies_read_polling - earlier.replies_read_polling,
             replies_read: self.replies_read - earlier.replies_read,
@@ -113,6 +118,7 @@ pub(crate) enum Counter {
     RpcRequest,
     ListedRead,
     ExtentList,
+    OneSidedBatch,
 }
 
 impl Counters {
@@ -128,6 +134,7 @@ impl Counters {
             Counter::RpcRequest => &s.rpc_requests,
             Counter::ListedRead => &s.listed_reads,
             Counter::ExtentList => &s.extent_lists,
+            Counter::OneSidedBatch => &s.one_sided_batches,
         };
         c.fetch_add(n, Ordering::Relaxed);
     }
@@ -144,6 +151,7 @@ impl Counters {
             out.rpc_requests += s.rpc_requests.load(Ordering::Relaxed);
             out.listed_reads += s.listed_reads.load(Ordering::Relaxed);
             out.extent_lists += s.extent_lists.load(Ordering::Relaxed);
+            out.one_sided_batches += s.one_sided_batches.load(Ordering::Relaxed);
         }
         out
     }

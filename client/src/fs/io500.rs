@@ -364,6 +364,36 @@ impl Io500Backend for FerriteBackend {
         Ok(to_stat(&e))
     }
 
+    /// The entries in one go: overlapped one-sided reads, one batch for
+    /// the keys they cannot resolve. A path whose directory fails fails alone.
+    fn stat_files(&self, paths: &[String]) -> Vec<io::Result<FileStat>> {
+        if paths.iter().any(|p| p.is_empty()) {
+            return paths.iter().map(|p| self.stat(p)).collect();
+        }
+        if let Err(e) = self.drain() {
+            return paths
+                .iter()
+                .map(|_| Err(copy_error(&e, "stat").error))
+                .collect();
+        }
+        let parents: Vec<io::Result<(u128, &str)>> =
+            paths.iter().map(|p| self.parent_of(p)).collect();
+        let at: Vec<(u128, &str)> = parents
+            .iter()
+            .filter_map(|p| p.as_ref().ok().copied())
+            .collect();
+        let mut found = self.ns.lookup_entries(&at).into_iter();
+        (parents.into_iter())
+            .map(|p| {
+                p?;
+                let e = found
+                    .next()
+                    .ok_or_else(|| io::Error::other("a lookup result short"))?;
+                e.map(|e| to_stat(&e)).map_err(FsError::into_io)
+            })
+            .collect()
+    }
+
     fn unlink(&self, path: &str) -> io::Result<()> {
         let (parent, name) = self.parent_of(path)?;
         match self

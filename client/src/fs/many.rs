@@ -161,44 +161,24 @@ impl Namespace {
     /// future to await later (`None`: nothing to remove), as with
     /// [`unlink_behind`](Self::unlink_behind).
     pub fn unlink_files(&self, files: &[(u128, &str)]) -> (Vec<FsResult<()>>, Option<FsFuture>) {
-        let mut results: Vec<FsResult<()>> = files.iter().map(|(_, n)| check_name(n)).collect();
         let keys: Vec<Key> = files.iter().map(|(d, n)| self.entry_key(*d, n)).collect();
-        let record_keys: Vec<_> = keys.iter().map(Key::as_record_key).collect();
-        let mut values = vec![Vec::new(); files.len()];
-        let found = match self.client.get_many_into(&record_keys, &mut values) {
-            Ok(found) => found,
-            Err(e) => {
-                let d = e.to_string();
-                let url = self.client.url();
-                let all = files
-                    .iter()
-                    .map(|(_, n)| Err(batch_error(format!("lookup {n}"), d.clone(), url.clone())));
-                return (all.collect(), None);
-            }
-        };
+        let entries = self.lookup_keys(files, &keys);
+        let mut results: Vec<FsResult<()>> = Vec::with_capacity(files.len());
         let mut punches = Vec::new();
         let mut removed = Vec::new();
-        for (i, (r, value)) in found.into_iter().zip(&values).enumerate() {
-            let name = files[i].1;
-            let entry = match (results[i].is_ok(), r) {
-                (false, _) => continue,
-                (_, Err(e)) => Err(client_err(format!("lookup {name}"))(e)),
-                (_, Ok(None)) => Err(FsError::NotFound(name.to_string())),
-                (_, Ok(Some(_))) => {
-                    Entry::decode(value).map_err(|e| FsError::Corrupt(name.to_string(), e))
-                }
-            };
-            match entry {
-                Ok(e) if e.kind == EntryKind::Dir => results[i] = Err(FsError::IsDir(name.into())),
+        for (i, entry) in entries.into_iter().enumerate() {
+            results.push(match entry {
+                Ok(e) if e.kind == EntryKind::Dir => Err(FsError::IsDir(files[i].1.into())),
                 Ok(e) => {
                     punches.push(Request::Punch {
                         scope: REMOVE_SCOPE,
                         key: keys[i].clone(),
                     });
                     removed.push((i, e));
+                    Ok(())
                 }
-                Err(err) => results[i] = Err(err),
-            }
+                Err(err) => Err(err),
+            });
         }
         let mut data = Vec::new();
         for ((i, e), reply) in removed.into_iter().zip(batch_replies(self, punches)) {
@@ -210,6 +190,42 @@ impl Namespace {
         }
         let behind = (!data.is_empty()).then(|| self.remove_data_many(&data));
         (results, behind)
+    }
+
+    /// The entries `files` (directory object, name) at once, one result per
+    /// name, in order, each what [`lookup`](Self::lookup) of it returns (a
+    /// bad name fails alone). The one-sided reads overlap; the keys they
+    /// cannot resolve go to the engine in one batch.
+    pub fn lookup_entries(&self, files: &[(u128, &str)]) -> Vec<FsResult<Entry>> {
+        let keys: Vec<Key> = files.iter().map(|(d, n)| self.entry_key(*d, n)).collect();
+        self.lookup_keys(files, &keys)
+    }
+
+    /// [`lookup_entries`](Self::lookup_entries) with the files' entry keys.
+    fn lookup_keys(&self, files: &[(u128, &str)], keys: &[Key]) -> Vec<FsResult<Entry>> {
+        let record_keys: Vec<_> = keys.iter().map(Key::as_record_key).collect();
+        let mut values = vec![Vec::new(); files.len()];
+        let found = match self.client.get_many_into(&record_keys, &mut values) {
+            Ok(found) => found,
+            Err(e) => {
+                let (d, url) = (e.to_string(), self.client.url());
+                return (files.iter())
+                    .map(|(_, n)| Err(batch_error(format!("lookup {n}"), d.clone(), url.clone())))
+                    .collect();
+            }
+        };
+        let each = files.iter().zip(found.into_iter().zip(&values));
+        each.map(|(&(_, name), (r, value))| {
+            check_name(name)?;
+            match r {
+                Err(e) => Err(client_err(format!("lookup {name}"))(e)),
+                Ok(None) => Err(FsError::NotFound(name.to_string())),
+                Ok(Some(_)) => {
+                    Entry::decode(value).map_err(|e| FsError::Corrupt(name.to_string(), e))
+                }
+            }
+        })
+        .collect()
     }
 
     /// Removes the chunks of the files `removed`: small files' chunk dkeys

@@ -439,22 +439,12 @@ impl Namespace {
     /// The entries `names` of `dir` at once (one-sided reads overlapped,
     /// the rest in one batch); `None` for names that are gone.
     pub fn lookup_many(&self, dir: u128, names: &[String]) -> FsResult<Vec<Option<Entry>>> {
-        let keys: Vec<Key> = names.iter().map(|n| self.entry_key(dir, n)).collect();
-        let record_keys: Vec<_> = keys.iter().map(Key::as_record_key).collect();
-        let mut values = vec![Vec::new(); keys.len()];
-        let found = self
-            .client
-            .get_many_into(&record_keys, &mut values)
-            .map_err(client_err("readdir"))?;
-        found
-            .into_iter()
-            .zip(values.iter().zip(names))
-            .map(|(r, (value, name))| match r {
-                Ok(Some(_)) => Entry::decode(value)
-                    .map(Some)
-                    .map_err(|e| FsError::Corrupt(name.clone(), e)),
-                Ok(None) => Ok(None),
-                Err(e) => Err(client_err(format!("lookup {name}"))(e)),
+        let at: Vec<(u128, &str)> = names.iter().map(|n| (dir, n.as_str())).collect();
+        (self.lookup_entries(&at).into_iter())
+            .map(|r| match r {
+                Ok(e) => Ok(Some(e)),
+                Err(FsError::NotFound(_)) => Ok(None),
+                Err(e) => Err(e),
             })
             .collect()
     }

@@ -177,6 +177,13 @@ pub trait Io500Backend: Send + Sync {
         paths.iter().map(|p| self.unlink(p)).collect()
     }
 
+    /// [`stat`](Self::stat) of each of `paths`: one result per path, in order, each the
+    /// path's own outcome. A backend may look them up together; the default stats one path
+    /// at a time.
+    fn stat_files(&self, paths: &[String]) -> Vec<io::Result<FileStat>> {
+        paths.iter().map(|p| self.stat(p)).collect()
+    }
+
     /// Completes every operation the backend left in flight (a close or unlink acknowledged
     /// before its storage requests were) and reports the first failure among them. Each
     /// task of a phase calls it before it finishes, so the phase's time includes them.

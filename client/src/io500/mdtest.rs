@@ -112,73 +112,62 @@ fn phase_name(shape: Shape, action: Action) -> &'static str {
     }
 }
 
-/// One file of a follow-up phase. Returns the verification errors it found.
-fn act_on<B: Io500Backend>(
+/// One file of the read phase (open, read, close). Returns the verification errors it
+/// found.
+fn read_one<B: Io500Backend>(
     ctx: &Ctx<B>,
-    name: &'static str,
-    shape: Shape,
-    action: Action,
+    (name, shape): (&'static str, Shape),
     (task, index): (usize, u64),
     buf: &mut [u8],
 ) -> Result<u64, Io500Error> {
     let path = shape.path(ctx.layout, task, index);
-    match action {
-        Action::Stat => {
-            let stat = ctx
-                .backend
-                .stat(&path)
-                .map_err(io_context(name, "stat", &path))?;
-            let wrong_kind = stat.kind != EntryKind::File;
-            let wrong_size = stat.size_bytes != shape.file_bytes();
-            Ok(u64::from(wrong_kind) + u64::from(wrong_size))
-        }
-        Action::Read => {
-            let file = ctx
-                .backend
-                .open(&path)
-                .map_err(io_context(name, "open", &path))?;
-            let got = ctx.backend.read_at(&file, 0, buf);
-            let closed = ctx.backend.close(file);
-            let got = got.map_err(io_context(name, "read_at", &path))?;
-            closed.map_err(io_context(name, "close", &path))?;
-            let key = file_key(ctx.config.run_seed, TAG_HARD, task as u32, index);
-            let expected = shape.file_bytes() as usize;
-            // `buf` is one byte longer than the file: a longer file shows up as an error.
-            let extra = got.saturating_sub(expected) as u64;
-            Ok(verify_read(&buf[..got.min(expected)], expected, key, 0) + extra)
-        }
-        Action::Delete => {
-            ctx.backend
-                .unlink(&path)
-                .map_err(io_context(name, "unlink", &path))?;
-            Ok(0)
-        }
-    }
+    let file = ctx
+        .backend
+        .open(&path)
+        .map_err(io_context(name, "open", &path))?;
+    let got = ctx.backend.read_at(&file, 0, buf);
+    let closed = ctx.backend.close(file);
+    let got = got.map_err(io_context(name, "read_at", &path))?;
+    closed.map_err(io_context(name, "close", &path))?;
+    let key = file_key(ctx.config.run_seed, TAG_HARD, task as u32, index);
+    let expected = shape.file_bytes() as usize;
+    // `buf` is one byte longer than the file: a longer file shows up as an error.
+    let extra = got.saturating_sub(expected) as u64;
+    Ok(verify_read(&buf[..got.min(expected)], expected, key, 0) + extra)
 }
 
-/// The delete phases' work for one task: unlinks files `0..count` of task `source`, handed
-/// to the backend [`FILES_PER_GROUP`] at a time.
-fn delete_all<B: Io500Backend>(
+/// The stat and delete phases' work for one task: stats or unlinks files `0..count` of
+/// task `source`, handed to the backend [`FILES_PER_GROUP`] at a time. Returns the
+/// verification errors found (a stat of the wrong kind or size).
+fn in_groups<B: Io500Backend>(
     ctx: &Ctx<B>,
-    name: &'static str,
-    shape: Shape,
+    (name, shape, action): (&'static str, Shape, Action),
     source: usize,
     count: u64,
     progress: &Progress,
-) -> Result<(), Io500Error> {
+) -> Result<u64, Io500Error> {
+    let mut errors = 0;
     let mut first = 0;
     while first < count {
         let last = count.min(first + FILES_PER_GROUP);
         let paths: Vec<String> = (first..last)
             .map(|index| shape.path(ctx.layout, source, index))
             .collect();
-        for (path, result) in paths.iter().zip(ctx.backend.unlink_files(&paths)) {
-            result.map_err(io_context(name, "unlink", path))?;
+        if action == Action::Delete {
+            for (path, result) in paths.iter().zip(ctx.backend.unlink_files(&paths)) {
+                result.map_err(io_context(name, "unlink", path))?;
+            }
+        } else {
+            for (path, result) in paths.iter().zip(ctx.backend.stat_files(&paths)) {
+                let stat = result.map_err(io_context(name, "stat", path))?;
+                errors += u64::from(stat.kind != EntryKind::File);
+                errors += u64::from(stat.size_bytes != shape.file_bytes());
+            }
         }
         progress.add(last - first, 0);
         first = last;
     }
-    Ok(())
+    Ok(errors)
 }
 
 /// mdtest-*-stat, mdtest-hard-read, mdtest-*-delete: every task handles all of its
@@ -203,11 +192,11 @@ pub(crate) fn follow_up<B: Io500Backend>(
         let count = created.get(source).copied().unwrap_or(0);
         let mut buf = vec![0u8; shape.file_bytes() as usize + 1];
         let mut errors = 0u64;
-        if action == Action::Delete {
-            delete_all(ctx, name, shape, source, count, &progress)?;
+        if action != Action::Read {
+            errors += in_groups(ctx, (name, shape, action), source, count, &progress)?;
         } else {
             for index in 0..count {
-                errors += act_on(ctx, name, shape, action, (source, index), &mut buf)?;
+                errors += read_one(ctx, (name, shape), (source, index), &mut buf)?;
                 progress.add(1, bytes_each);
             }
         }

@@ -48,6 +48,7 @@ impl OneSidedReader {
                 outs.len()
             )));
         }
+        counters.add(Counter::OneSidedBatch, 1);
         let located: Vec<Located<'_>> = keys.iter().map(|k| self.locate(k)).collect();
         let loads = self.endpoint.prefetches();
         let buckets = match loads {
