@@ -364,3 +364,46 @@ fn stat_files_answers_each_path_as_stat_does_without_requests() {
     );
     assert!(batch[4].is_err() && batch[6].is_err() && batch[7].is_err());
 }
+
+#[test]
+fn read_files_reads_each_file_as_open_read_close_does() {
+    let backend = backend();
+    backend.mkdir("r").unwrap();
+    let data: Vec<Vec<u8>> = (0..6u8).map(|i| vec![i + 1; 3901]).collect();
+    let files: Vec<(String, &[u8])> = (0..6).map(|i| (format!("r/f{i}"), &data[i][..])).collect();
+    assert!(backend.create_files(&files).iter().all(Result::is_ok));
+    backend.drain().unwrap();
+    let mut paths: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
+    paths.extend(["r/missing", "r", "nodir/f"].map(String::from));
+    let mut bufs = vec![vec![0u8; 3902]; paths.len()];
+    let counters = || backend.namespace().client().counters();
+    let before = counters();
+    let results = backend.read_files(&paths, &mut bufs);
+    let used = counters().since(&before);
+    // The entries in one one-sided batch, the data one-sided too: no request.
+    assert_eq!(
+        (used.one_sided_batches, used.rpc_requests),
+        (1, 0),
+        "{used:?}"
+    );
+    assert_eq!(results.len(), paths.len());
+    for (i, r) in results.iter().enumerate().take(6) {
+        assert_eq!(*r.as_ref().unwrap(), 3901, "{}", paths[i]);
+        assert_eq!(&bufs[i][..3901], &data[i][..], "{}", paths[i]);
+    }
+    // The failures are those of opening each path alone.
+    for (i, r) in results.iter().enumerate().skip(6) {
+        let alone = backend.open(&paths[i]).map(|_| ()).unwrap_err();
+        assert_eq!(
+            r.as_ref().unwrap_err().error.kind(),
+            alone.kind(),
+            "{}",
+            paths[i]
+        );
+    }
+    // A buffer shorter than the file gets the file's start.
+    let mut short = vec![vec![0u8; 100]];
+    let r = backend.read_files(&paths[2..3], &mut short);
+    assert_eq!(*r[0].as_ref().unwrap(), 100);
+    assert_eq!(short[0], vec![3u8; 100]);
+}

@@ -356,6 +356,15 @@ impl Client {
         self.fetch_into(key, out)
     }
 
+    /// Hints that `keys` are about to be read one-sided, one after the
+    /// other: their buckets and records start loading now (shm; a no-op
+    /// elsewhere). Reads nothing and changes no result.
+    pub fn prefetch(&self, keys: &[RecordKey<'_>]) {
+        if let Some(reader) = &self.reader {
+            reader.prefetch_many(keys);
+        }
+    }
+
     /// GETs of many keys at once: `outs[i]` gets the value of `keys[i]` and
     /// the result says its version (`None` = absent). One-sided lookups
     /// overlap their memory accesses (prefetch); the keys that need the

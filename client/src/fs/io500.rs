@@ -389,7 +389,45 @@ impl Io500Backend for FerriteBackend {
                 let e = found
                     .next()
                     .ok_or_else(|| io::Error::other("a lookup result short"))?;
-                e.map(|e| to_stat(&e)).map_err(FsError::into_io)
+                e.map(|(e, _)| to_stat(&e)).map_err(FsError::into_io)
+            })
+            .collect()
+    }
+
+    /// The entries looked up together, the files' first chunks loaded
+    /// together (see [`Namespace::read_files`]). A failure is the file's
+    /// `open` (its directory or its lookup) or `read`.
+    fn read_files(
+        &self,
+        paths: &[String],
+        bufs: &mut [Vec<u8>],
+    ) -> Vec<Result<usize, FileOpError>> {
+        if let Err(e) = self.drain() {
+            return paths.iter().map(|_| Err(copy_error(&e, "open"))).collect();
+        }
+        let parents: Vec<io::Result<(u128, &str)>> =
+            paths.iter().map(|p| self.parent_of(p)).collect();
+        let usable: Vec<usize> = (0..parents.len()).filter(|&i| parents[i].is_ok()).collect();
+        let at: Vec<(u128, &str)> = parents
+            .iter()
+            .filter_map(|p| p.as_ref().ok().copied())
+            .collect();
+        let mut taken: Vec<Vec<u8>> = usable
+            .iter()
+            .map(|&i| std::mem::take(&mut bufs[i]))
+            .collect();
+        let mut read = self.ns.read_files(&at, &mut taken).into_iter();
+        for (&i, buf) in usable.iter().zip(taken) {
+            bufs[i] = buf;
+        }
+        (parents.into_iter())
+            .map(|p| {
+                p.map_err(FileOpError::of("open"))?;
+                let r = read
+                    .next()
+                    .ok_or_else(|| io::Error::other("a read result short"));
+                r.map_err(FileOpError::of("read"))?
+                    .map_err(|e| FileOpError::of("read")(e.into_io()))
             })
             .collect()
     }

@@ -9,7 +9,7 @@
 use super::entry::{Entry, EntryKind};
 use super::error::{client_err, unexpected_reply, FsError, FsResult};
 use super::file::{chunk_dkey, CHUNK_AKEY};
-use super::{check_name, new_object_id, FsFuture, Namespace, REMOVE_SCOPE};
+use super::{check_name, file_handle, new_object_id, FsFuture, Namespace, REMOVE_SCOPE};
 use crate::client::bulk::BulkLease;
 use crate::client::{Error as ClientError, Key, Reply, Request};
 
@@ -168,8 +168,8 @@ impl Namespace {
         let mut removed = Vec::new();
         for (i, entry) in entries.into_iter().enumerate() {
             results.push(match entry {
-                Ok(e) if e.kind == EntryKind::Dir => Err(FsError::IsDir(files[i].1.into())),
-                Ok(e) => {
+                Ok((e, _)) if e.kind == EntryKind::Dir => Err(FsError::IsDir(files[i].1.into())),
+                Ok((e, _)) => {
                     punches.push(Request::Punch {
                         scope: REMOVE_SCOPE,
                         key: keys[i].clone(),
@@ -193,16 +193,47 @@ impl Namespace {
     }
 
     /// The entries `files` (directory object, name) at once, one result per
-    /// name, in order, each what [`lookup`](Self::lookup) of it returns (a
-    /// bad name fails alone). The one-sided reads overlap; the keys they
-    /// cannot resolve go to the engine in one batch.
-    pub fn lookup_entries(&self, files: &[(u128, &str)]) -> Vec<FsResult<Entry>> {
+    /// name, in order, each what [`lookup_versioned`](Self::lookup_versioned)
+    /// of it returns (a bad name fails alone). The one-sided reads overlap;
+    /// the keys they cannot resolve go to the engine in one batch.
+    pub fn lookup_entries(&self, files: &[(u128, &str)]) -> Vec<FsResult<(Entry, u64)>> {
         let keys: Vec<Key> = files.iter().map(|(d, n)| self.entry_key(*d, n)).collect();
         self.lookup_keys(files, &keys)
     }
 
+    /// Reads the start of each of the files `files` (directory object,
+    /// name) into `bufs[i]`, as much as it holds: one result per file, in
+    /// order, each what [`open`](Self::open) then [`read`](Self::read) at
+    /// offset 0 return (the bytes read). The entries are looked up together;
+    /// then the buckets and records of the files' first chunks start loading
+    /// at once (shm), before the files are read one by one.
+    pub fn read_files(&self, files: &[(u128, &str)], bufs: &mut [Vec<u8>]) -> Vec<FsResult<usize>> {
+        if bufs.len() != files.len() {
+            let bad = || Err(FsError::Invalid("read_files".into(), "one buffer per file"));
+            return files.iter().map(|_| bad()).collect();
+        }
+        let opened: Vec<FsResult<_>> = (self.lookup_entries(files).into_iter().zip(files))
+            .map(|(r, &(dir, name))| r.and_then(|(e, version)| file_handle(dir, name, e, version)))
+            .collect();
+        let first_chunks: Vec<Key> = (opened.iter().flatten())
+            .map(|fh| {
+                Key::new(
+                    self.container,
+                    fh.entry().object,
+                    &chunk_dkey(0),
+                    CHUNK_AKEY,
+                )
+            })
+            .collect();
+        let record_keys: Vec<_> = first_chunks.iter().map(Key::as_record_key).collect();
+        self.client.prefetch(&record_keys);
+        (opened.into_iter().zip(bufs.iter_mut()))
+            .map(|(fh, buf)| self.read(&fh?, 0, buf))
+            .collect()
+    }
+
     /// [`lookup_entries`](Self::lookup_entries) with the files' entry keys.
-    fn lookup_keys(&self, files: &[(u128, &str)], keys: &[Key]) -> Vec<FsResult<Entry>> {
+    fn lookup_keys(&self, files: &[(u128, &str)], keys: &[Key]) -> Vec<FsResult<(Entry, u64)>> {
         let record_keys: Vec<_> = keys.iter().map(Key::as_record_key).collect();
         let mut values = vec![Vec::new(); files.len()];
         let found = match self.client.get_many_into(&record_keys, &mut values) {
@@ -220,9 +251,9 @@ impl Namespace {
             match r {
                 Err(e) => Err(client_err(format!("lookup {name}"))(e)),
                 Ok(None) => Err(FsError::NotFound(name.to_string())),
-                Ok(Some(_)) => {
-                    Entry::decode(value).map_err(|e| FsError::Corrupt(name.to_string(), e))
-                }
+                Ok(Some(version)) => Entry::decode(value)
+                    .map(|e| (e, version))
+                    .map_err(|e| FsError::Corrupt(name.to_string(), e)),
             }
         })
         .collect()

@@ -75,6 +75,16 @@ impl std::fmt::Debug for Namespace {
     }
 }
 
+/// A handle on the file `name` of `dir` whose entry is `e` (at `version`);
+/// a directory or a symlink is refused as `open` refuses it.
+fn file_handle(dir: u128, name: &str, e: Entry, version: u64) -> FsResult<FileHandle> {
+    match e.kind {
+        EntryKind::File => Ok(FileHandle::new(dir, name, e, version)),
+        EntryKind::Dir => Err(FsError::IsDir(name.to_string())),
+        EntryKind::Symlink => Err(FsError::Invalid(name.to_string(), "is a symlink")),
+    }
+}
+
 fn check_name(name: &str) -> FsResult<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
         return Err(FsError::Invalid(name.to_string(), "bad entry name"));
@@ -209,11 +219,7 @@ impl Namespace {
     /// Opens file `name` in `dir`.
     pub fn open(&self, dir: u128, name: &str) -> FsResult<FileHandle> {
         let (e, version) = self.lookup_versioned(dir, name)?;
-        match e.kind {
-            EntryKind::File => Ok(FileHandle::new(dir, name, e, version)),
-            EntryKind::Dir => Err(FsError::IsDir(name.to_string())),
-            EntryKind::Symlink => Err(FsError::Invalid(name.to_string(), "is a symlink")),
-        }
+        file_handle(dir, name, e, version)
     }
 
     /// Makes symlink `name` in `dir` pointing at `target`.
@@ -442,7 +448,7 @@ impl Namespace {
         let at: Vec<(u128, &str)> = names.iter().map(|n| (dir, n.as_str())).collect();
         (self.lookup_entries(&at).into_iter())
             .map(|r| match r {
-                Ok(e) => Ok(Some(e)),
+                Ok((e, _)) => Ok(Some(e)),
                 Err(FsError::NotFound(_)) => Ok(None),
                 Err(e) => Err(e),
             })

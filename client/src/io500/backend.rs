@@ -54,7 +54,8 @@ pub struct FileStat {
 /// Which call of a file's create, write and close failed, and how.
 #[derive(Debug)]
 pub struct FileOpError {
-    /// `create`, `write_at` or `close`.
+    /// The operation that failed: `create`, `open`, `read`, `read_at`, `write_at` or
+    /// `close`.
     pub op: &'static str,
     pub error: io::Error,
 }
@@ -182,6 +183,28 @@ pub trait Io500Backend: Send + Sync {
     /// at a time.
     fn stat_files(&self, paths: &[String]) -> Vec<io::Result<FileStat>> {
         paths.iter().map(|p| self.stat(p)).collect()
+    }
+
+    /// The mdtest read step for several files: opens each of `paths`, reads it from offset 0
+    /// into `bufs[i]` (as much as the file has, at most the buffer's length) and closes it.
+    /// One result per path, in order: the bytes read, or the path's own failure with the
+    /// operation that failed. `paths` and `bufs` have the same length. A backend may look
+    /// the files up and load them together; the default reads one file at a time.
+    fn read_files(
+        &self,
+        paths: &[String],
+        bufs: &mut [Vec<u8>],
+    ) -> Vec<Result<usize, FileOpError>> {
+        (paths.iter().zip(bufs.iter_mut()))
+            .map(|(path, buf)| {
+                let file = self.open(path).map_err(FileOpError::of("open"))?;
+                let got = self.read_at(&file, 0, buf);
+                let closed = self.close(file);
+                let got = got.map_err(FileOpError::of("read_at"))?;
+                closed.map_err(FileOpError::of("close"))?;
+                Ok(got)
+            })
+            .collect()
     }
 
     /// Completes every operation the backend left in flight (a close or unlink acknowledged

@@ -112,33 +112,9 @@ fn phase_name(shape: Shape, action: Action) -> &'static str {
     }
 }
 
-/// One file of the read phase (open, read, close). Returns the verification errors it
-/// found.
-fn read_one<B: Io500Backend>(
-    ctx: &Ctx<B>,
-    (name, shape): (&'static str, Shape),
-    (task, index): (usize, u64),
-    buf: &mut [u8],
-) -> Result<u64, Io500Error> {
-    let path = shape.path(ctx.layout, task, index);
-    let file = ctx
-        .backend
-        .open(&path)
-        .map_err(io_context(name, "open", &path))?;
-    let got = ctx.backend.read_at(&file, 0, buf);
-    let closed = ctx.backend.close(file);
-    let got = got.map_err(io_context(name, "read_at", &path))?;
-    closed.map_err(io_context(name, "close", &path))?;
-    let key = file_key(ctx.config.run_seed, TAG_HARD, task as u32, index);
-    let expected = shape.file_bytes() as usize;
-    // `buf` is one byte longer than the file: a longer file shows up as an error.
-    let extra = got.saturating_sub(expected) as u64;
-    Ok(verify_read(&buf[..got.min(expected)], expected, key, 0) + extra)
-}
-
-/// The stat and delete phases' work for one task: stats or unlinks files `0..count` of
+/// A follow-up phase's work for one task: stats, reads or unlinks files `0..count` of
 /// task `source`, handed to the backend [`FILES_PER_GROUP`] at a time. Returns the
-/// verification errors found (a stat of the wrong kind or size).
+/// verification errors found.
 fn in_groups<B: Io500Backend>(
     ctx: &Ctx<B>,
     (name, shape, action): (&'static str, Shape, Action),
@@ -146,6 +122,16 @@ fn in_groups<B: Io500Backend>(
     count: u64,
     progress: &Progress,
 ) -> Result<u64, Io500Error> {
+    // A buffer one byte longer than the file: a longer file shows up as an error.
+    let mut bufs = match action {
+        Action::Read => vec![vec![0u8; shape.file_bytes() as usize + 1]; FILES_PER_GROUP as usize],
+        _ => Vec::new(),
+    };
+    let bytes_each = if action == Action::Read {
+        shape.file_bytes()
+    } else {
+        0
+    };
     let mut errors = 0;
     let mut first = 0;
     while first < count {
@@ -153,19 +139,62 @@ fn in_groups<B: Io500Backend>(
         let paths: Vec<String> = (first..last)
             .map(|index| shape.path(ctx.layout, source, index))
             .collect();
-        if action == Action::Delete {
-            for (path, result) in paths.iter().zip(ctx.backend.unlink_files(&paths)) {
-                result.map_err(io_context(name, "unlink", path))?;
+        errors += match action {
+            Action::Delete => {
+                for (path, result) in paths.iter().zip(ctx.backend.unlink_files(&paths)) {
+                    result.map_err(io_context(name, "unlink", path))?;
+                }
+                0
             }
-        } else {
-            for (path, result) in paths.iter().zip(ctx.backend.stat_files(&paths)) {
-                let stat = result.map_err(io_context(name, "stat", path))?;
-                errors += u64::from(stat.kind != EntryKind::File);
-                errors += u64::from(stat.size_bytes != shape.file_bytes());
+            Action::Stat => stat_group(ctx, (name, shape), &paths)?,
+            Action::Read => {
+                let bufs = &mut bufs[..paths.len()];
+                read_group(ctx, (name, shape), (source, first), &paths, bufs)?
             }
-        }
-        progress.add(last - first, 0);
+        };
+        progress.add(last - first, (last - first) * bytes_each);
         first = last;
+    }
+    Ok(errors)
+}
+
+/// Stats `paths`; returns how many are not a file of the shape's size.
+fn stat_group<B: Io500Backend>(
+    ctx: &Ctx<B>,
+    (name, shape): (&'static str, Shape),
+    paths: &[String],
+) -> Result<u64, Io500Error> {
+    let mut errors = 0;
+    for (path, result) in paths.iter().zip(ctx.backend.stat_files(paths)) {
+        let stat = result.map_err(io_context(name, "stat", path))?;
+        errors += u64::from(stat.kind != EntryKind::File);
+        errors += u64::from(stat.size_bytes != shape.file_bytes());
+    }
+    Ok(errors)
+}
+
+/// Reads `paths`, the files `first..` of task `source`, and verifies their bytes; returns
+/// the verification errors.
+fn read_group<B: Io500Backend>(
+    ctx: &Ctx<B>,
+    (name, shape): (&'static str, Shape),
+    (source, first): (usize, u64),
+    paths: &[String],
+    bufs: &mut [Vec<u8>],
+) -> Result<u64, Io500Error> {
+    let expected = shape.file_bytes() as usize;
+    let mut errors = 0;
+    let results = ctx.backend.read_files(paths, bufs);
+    for (i, (result, buf)) in results.into_iter().zip(bufs.iter()).enumerate() {
+        let got = result.map_err(|e| io_context(name, e.op, &paths[i])(e.error))?;
+        let key = file_key(
+            ctx.config.run_seed,
+            TAG_HARD,
+            source as u32,
+            first + i as u64,
+        );
+        errors += verify_read(&buf[..got.min(expected)], expected, key, 0);
+        errors += got.saturating_sub(expected) as u64;
     }
     Ok(errors)
 }
@@ -190,16 +219,7 @@ pub(crate) fn follow_up<B: Io500Backend>(
     let (errors, start) = run_tasks(config.tasks, &progress, |task| {
         let source = neighbour(task, config.tasks);
         let count = created.get(source).copied().unwrap_or(0);
-        let mut buf = vec![0u8; shape.file_bytes() as usize + 1];
-        let mut errors = 0u64;
-        if action != Action::Read {
-            errors += in_groups(ctx, (name, shape, action), source, count, &progress)?;
-        } else {
-            for index in 0..count {
-                errors += read_one(ctx, (name, shape), (source, index), &mut buf)?;
-                progress.add(1, bytes_each);
-            }
-        }
+        let errors = in_groups(ctx, (name, shape, action), source, count, &progress)?;
         ctx.backend
             .drain()
             .map_err(io_context(name, "drain", ctx.layout.root()))?;

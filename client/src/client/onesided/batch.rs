@@ -77,6 +77,17 @@ impl OneSidedReader {
         Ok(lookups)
     }
 
+    /// Starts loading the main bucket of every key and then, as each bucket
+    /// arrives, its candidate record, without reading or checking them (shm:
+    /// prefetches; other endpoints: nothing), so that lookups of the keys
+    /// one by one right after find their lines on the way or in the cache.
+    pub fn prefetch_many(&self, keys: &[RecordKey<'_>]) {
+        if self.endpoint.prefetches() {
+            let located: Vec<Located<'_>> = keys.iter().map(|k| self.locate(k)).collect();
+            self.main_buckets_loaded(&located);
+        }
+    }
+
     /// A key's outcome from its main bucket and its candidate record (in
     /// `out`), when they settle it.
     fn settle(
