@@ -174,6 +174,22 @@ impl FerriteBackend {
         Ok((self.dir_object(parent)?, name))
     }
 
+    /// Each path's directory object and last name, for a call on a group of
+    /// paths, and each path's own failure to find its directory. A path that
+    /// failed keeps its place in the group with a stand-in (the root and an
+    /// empty name, which a lookup refuses alone); its result is its failure.
+    fn parents_of<'p>(
+        &self,
+        paths: &'p [String],
+    ) -> (Vec<(u128, &'p str)>, Vec<Option<io::Error>>) {
+        (paths.iter())
+            .map(|p| match self.parent_of(p) {
+                Ok(at) => (at, None),
+                Err(e) => ((ROOT_OBJECT, ""), Some(e)),
+            })
+            .unzip()
+    }
+
     fn dir_object(&self, path: &str) -> io::Result<u128> {
         if path.is_empty() {
             return Ok(ROOT_OBJECT);
@@ -371,32 +387,22 @@ impl Io500Backend for FerriteBackend {
             return paths.iter().map(|p| self.stat(p)).collect();
         }
         if let Err(e) = self.drain() {
-            return paths
-                .iter()
+            return (paths.iter())
                 .map(|_| Err(copy_error(&e, "stat").error))
                 .collect();
         }
-        let parents: Vec<io::Result<(u128, &str)>> =
-            paths.iter().map(|p| self.parent_of(p)).collect();
-        let at: Vec<(u128, &str)> = parents
-            .iter()
-            .filter_map(|p| p.as_ref().ok().copied())
-            .collect();
-        let mut found = self.ns.lookup_entries(&at).into_iter();
-        (parents.into_iter())
-            .map(|p| {
-                p?;
-                let e = found
-                    .next()
-                    .ok_or_else(|| io::Error::other("a lookup result short"))?;
-                e.map(|(e, _)| to_stat(&e)).map_err(FsError::into_io)
+        let (at, failed) = self.parents_of(paths);
+        (self.ns.lookup_entries(&at).into_iter().zip(failed))
+            .map(|(found, failed)| match failed {
+                Some(e) => Err(e),
+                None => found.map(|(e, _)| to_stat(&e)).map_err(FsError::into_io),
             })
             .collect()
     }
 
     /// The entries looked up together, the files' first chunks loaded
     /// together (see [`Namespace::read_files`]). A failure is the file's
-    /// `open` (its directory or its lookup) or `read`.
+    /// `open` (its directory) or `read` (its lookup or its data).
     fn read_files(
         &self,
         paths: &[String],
@@ -405,29 +411,11 @@ impl Io500Backend for FerriteBackend {
         if let Err(e) = self.drain() {
             return paths.iter().map(|_| Err(copy_error(&e, "open"))).collect();
         }
-        let parents: Vec<io::Result<(u128, &str)>> =
-            paths.iter().map(|p| self.parent_of(p)).collect();
-        let usable: Vec<usize> = (0..parents.len()).filter(|&i| parents[i].is_ok()).collect();
-        let at: Vec<(u128, &str)> = parents
-            .iter()
-            .filter_map(|p| p.as_ref().ok().copied())
-            .collect();
-        let mut taken: Vec<Vec<u8>> = usable
-            .iter()
-            .map(|&i| std::mem::take(&mut bufs[i]))
-            .collect();
-        let mut read = self.ns.read_files(&at, &mut taken).into_iter();
-        for (&i, buf) in usable.iter().zip(taken) {
-            bufs[i] = buf;
-        }
-        (parents.into_iter())
-            .map(|p| {
-                p.map_err(FileOpError::of("open"))?;
-                let r = read
-                    .next()
-                    .ok_or_else(|| io::Error::other("a read result short"));
-                r.map_err(FileOpError::of("read"))?
-                    .map_err(|e| FileOpError::of("read")(e.into_io()))
+        let (at, failed) = self.parents_of(paths);
+        (self.ns.read_files(&at, bufs).into_iter().zip(failed))
+            .map(|(read, failed)| match failed {
+                Some(e) => Err(FileOpError::of("open")(e)),
+                None => read.map_err(|e| FileOpError::of("read")(e.into_io())),
             })
             .collect()
     }
