@@ -10,9 +10,11 @@ pub const IOR_EASY_TRANSFER_BYTES: usize = 2 * 1024 * 1024;
 pub const IOR_HARD_TRANSFER_BYTES: usize = 47008;
 /// mdtest-hard file size (IO500: `-w 3901 -e 3901`).
 pub const MDTEST_HARD_FILE_BYTES: usize = 3901;
-/// Files an mdtest task hands the backend at once in the write and delete phases
+/// Files an mdtest task hands the backend at once in every mdtest phase
 /// ([`Io500Backend::create_files`](super::Io500Backend::create_files),
-/// [`Io500Backend::unlink_files`](super::Io500Backend::unlink_files)); a backend may keep
+/// [`stat_files`](super::Io500Backend::stat_files),
+/// [`read_files`](super::Io500Backend::read_files),
+/// [`unlink_files`](super::Io500Backend::unlink_files)); a backend may keep
 /// their operations in flight together. 256: since the engine appends and commits each
 /// target's writes of a batch as one group, bigger groups pay (embedded engine, 8 tasks, 5 s
 /// stonewall, two whole runs each, alternating: mdtest-easy-write 634/676 kIOPS against

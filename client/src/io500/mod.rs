@@ -25,6 +25,12 @@
 //! ([`score`]). After the delete phases the runner checks that the mdtest directories are
 //! empty and that find found exactly the files the phases created that match.
 //!
+//! The mdtest phases hand the backend groups of files (`MDTEST_FILES_PER_GROUP`):
+//! [`Io500Backend::create_files`], `stat_files`, `read_files` and `unlink_files`. Each file
+//! keeps its own outcome; the posix backend runs a group one file at a time (a kernel file
+//! system answers each call on its own), the Ferrite backend keeps a group's requests in
+//! flight together and overlaps its one-sided reads.
+//!
 //! ```
 //! use ferrite_client::io500::{run, Config, PosixBackend};
 //! use std::time::Duration;
