@@ -261,6 +261,83 @@ fn caps_for_space(free: u64, targets: u64, tasks: u64) -> (u64, u64, u64) {
     )
 }
 
+/// Device-log bytes an mdtest-easy file and an mdtest-hard file cost over a whole run
+/// (entry, its removal; the hard file's chunk and its removal), rounded up: a whole
+/// 8-task run appended about 265 bytes per easy file and 4.4 KiB per hard file.
+const EASY_FILE_LOG_BYTES: u64 = 512;
+const HARD_FILE_LOG_BYTES: u64 = 4096 + 1024;
+
+/// What a whole run with `config`'s caps appends to the device logs at most, over all
+/// targets, a quarter more than its data and entries.
+fn run_log_bytes(config: &Config) -> u64 {
+    let per_task = (config.ior_easy_max_transfers)
+        .saturating_mul(IOR_EASY_TRANSFER_BYTES as u64)
+        .saturating_add(
+            config
+                .ior_hard_max_segments
+                .saturating_mul(IOR_HARD_TRANSFER_BYTES as u64),
+        )
+        .saturating_add(
+            config
+                .mdtest_easy_max_files
+                .saturating_mul(EASY_FILE_LOG_BYTES),
+        )
+        .saturating_add(
+            config
+                .mdtest_hard_max_files
+                .saturating_mul(HARD_FILE_LOG_BYTES),
+        );
+    per_task.saturating_mul(config.tasks as u64) / 4 * 5
+}
+
+/// Scales down the caps the user did not set so that a whole run's logs fit in `disk`
+/// bytes (what the file system under the embedded engine's device files has free: the
+/// files are sparse, and a log write past the free space would poison the targets
+/// mid-run). Returns the factor applied, `None` when the run fits as it is.
+fn fit_disk(args: &Args, config: &mut Config, disk: u64) -> Option<f64> {
+    let need = run_log_bytes(config);
+    let room = disk / 10 * 8;
+    if need <= room {
+        return None;
+    }
+    let f = room as f64 / need as f64;
+    let scale = |cap: &mut u64, user_set: bool| {
+        if !user_set {
+            *cap = ((*cap as f64 * f) as u64).max(1);
+        }
+    };
+    scale(
+        &mut config.ior_easy_max_transfers,
+        args.ior_easy_max_bytes.is_some(),
+    );
+    scale(
+        &mut config.ior_hard_max_segments,
+        args.ior_hard_max_segments.is_some(),
+    );
+    scale(
+        &mut config.mdtest_easy_max_files,
+        args.mdtest_easy_max_files.is_some(),
+    );
+    scale(
+        &mut config.mdtest_hard_max_files,
+        args.mdtest_hard_max_files.is_some(),
+    );
+    Some(f)
+}
+
+/// Bytes an unprivileged writer may still allocate on the file system holding `dir`.
+fn fs_available(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct it is given; `c` is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
 /// Per-task caps on mdtest files that keep a whole run's new keys inside
 /// the index room of `targets` targets with `room` keys each (the least of
 /// them; names spread over targets by hash): mdtest-easy 60 % (one key per
@@ -318,6 +395,18 @@ fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result
     }
     if args.mdtest_hard_max_files.is_none() {
         config.mdtest_hard_max_files = config.mdtest_hard_max_files.min(files);
+    }
+    if embedded {
+        // The embedded engine's device files live under the temp directory.
+        let disk = fs_available(&std::env::temp_dir());
+        if let Some((f, disk)) = disk.and_then(|d| Some((fit_disk(args, config, d)?, d))) {
+            eprintln!(
+                "io500: the file system under the embedded engine has {:.1} GiB free: the \
+                 write phases' caps are scaled to {:.0} % so that the run fits",
+                disk as f64 / (1u64 << 30) as f64,
+                f * 100.0
+            );
+        }
     }
     eprintln!(
         "io500: {} targets with {:.1} GiB for data (free log, within the ring when embedded) and room for {} new keys each: per task at \
@@ -499,6 +588,35 @@ mod tests {
         assert!(data <= 10 * gib * 6 / 10, "{data}");
         assert!(data >= 10 * gib * 6 / 10 * 7 / 10, "caps too tight: {data}");
         assert_eq!(super::caps_for_space(0, 2, 8), (1, 1, 1));
+    }
+
+    #[test]
+    fn caps_shrink_to_the_free_disk_but_not_the_users() {
+        let args = parse;
+        let gib = 1u64 << 30;
+        let mut config = Config::new(8, Duration::from_secs(5));
+        config.ior_easy_max_transfers = 128;
+        config.ior_hard_max_segments = 5000;
+        config.mdtest_easy_max_files = 200_000;
+        config.mdtest_hard_max_files = 10_000;
+        let need = super::run_log_bytes(&config);
+        assert!(need > 5 * gib && need < 8 * gib, "{need}");
+        // Room enough: nothing changes.
+        let before = config.clone();
+        assert_eq!(super::fit_disk(&args(&[]), &mut config, 60 * gib), None);
+        assert_eq!(config, before);
+        // A 3 GiB disk: every cap shrinks alike and the run fits in 80 % of it.
+        let f = super::fit_disk(&args(&[]), &mut config, 3 * gib).unwrap();
+        assert!(f > 0.2 && f < 0.5, "{f}");
+        assert!(super::run_log_bytes(&config) <= 3 * gib / 10 * 8);
+        assert_eq!(config.mdtest_hard_max_files, (10_000f64 * f) as u64);
+        // A cap the user set stays as set.
+        let mut config = before.clone();
+        let user = args(&["--mdtest-easy-max-files", "200000"]);
+        super::fit_disk(&user, &mut config, 3 * gib).unwrap();
+        assert_eq!(config.mdtest_easy_max_files, 200_000);
+        assert!(config.ior_easy_max_transfers < 128);
+        assert!(super::fs_available(&std::env::temp_dir()).is_some_and(|b| b > 0));
     }
 
     #[test]

@@ -33,7 +33,7 @@ const _: () = {
 };
 
 /// Everything a run needs besides the backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Client tasks (threads) per phase.
     pub tasks: usize,
