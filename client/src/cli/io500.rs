@@ -270,23 +270,17 @@ const HARD_FILE_LOG_BYTES: u64 = 4096 + 1024;
 /// What a whole run with `config`'s caps appends to the device logs at most, over all
 /// targets, a quarter more than its data and entries.
 fn run_log_bytes(config: &Config) -> u64 {
-    let per_task = (config.ior_easy_max_transfers)
-        .saturating_mul(IOR_EASY_TRANSFER_BYTES as u64)
-        .saturating_add(
-            config
-                .ior_hard_max_segments
-                .saturating_mul(IOR_HARD_TRANSFER_BYTES as u64),
-        )
-        .saturating_add(
-            config
-                .mdtest_easy_max_files
-                .saturating_mul(EASY_FILE_LOG_BYTES),
-        )
-        .saturating_add(
-            config
-                .mdtest_hard_max_files
-                .saturating_mul(HARD_FILE_LOG_BYTES),
-        );
+    let parts = [
+        (
+            config.ior_easy_max_transfers,
+            IOR_EASY_TRANSFER_BYTES as u64,
+        ),
+        (config.ior_hard_max_segments, IOR_HARD_TRANSFER_BYTES as u64),
+        (config.mdtest_easy_max_files, EASY_FILE_LOG_BYTES),
+        (config.mdtest_hard_max_files, HARD_FILE_LOG_BYTES),
+    ];
+    let per_task =
+        (parts.iter()).fold(0u64, |sum, &(n, b)| sum.saturating_add(n.saturating_mul(b)));
     per_task.saturating_mul(config.tasks as u64) / 4 * 5
 }
 
