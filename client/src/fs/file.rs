@@ -92,7 +92,7 @@ fn expect_version(what: &str, r: crate::client::Result<Reply>) -> FsResult<()> {
 }
 
 impl Namespace {
-    fn chunk_key(&self, object: u128, index: u64) -> Key {
+    pub(super) fn chunk_key(&self, object: u128, index: u64) -> Key {
         Key::new(self.container, object, &chunk_dkey(index), CHUNK_AKEY)
     }
 

@@ -8,7 +8,6 @@
 
 use super::entry::{Entry, EntryKind};
 use super::error::{client_err, unexpected_reply, FsError, FsResult};
-use super::file::{chunk_dkey, CHUNK_AKEY};
 use super::{check_name, file_handle, new_object_id, FsFuture, Namespace, REMOVE_SCOPE};
 use crate::client::bulk::BulkLease;
 use crate::client::{Error as ClientError, Key, Reply, Request};
@@ -216,14 +215,7 @@ impl Namespace {
             .map(|(r, &(dir, name))| r.and_then(|(e, version)| file_handle(dir, name, e, version)))
             .collect();
         let first_chunks: Vec<Key> = (opened.iter().flatten())
-            .map(|fh| {
-                Key::new(
-                    self.container,
-                    fh.entry().object,
-                    &chunk_dkey(0),
-                    CHUNK_AKEY,
-                )
-            })
+            .map(|fh| self.chunk_key(fh.entry().object, 0))
             .collect();
         let record_keys: Vec<_> = first_chunks.iter().map(Key::as_record_key).collect();
         self.client.prefetch(&record_keys);
@@ -275,7 +267,7 @@ impl Namespace {
             }
             punches.extend((0..chunks).map(|i| Request::Punch {
                 scope: REMOVE_SCOPE,
-                key: Key::new(self.container, e.object, &chunk_dkey(i), CHUNK_AKEY),
+                key: self.chunk_key(e.object, i),
             }));
         }
         let sent: Vec<_> = punches

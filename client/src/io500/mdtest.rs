@@ -112,6 +112,14 @@ fn phase_name(shape: Shape, action: Action) -> &'static str {
     }
 }
 
+/// Bytes a follow-up phase reads per file: the file's, in the read phase.
+fn read_bytes(shape: Shape, action: Action) -> u64 {
+    match action {
+        Action::Read => shape.file_bytes(),
+        Action::Stat | Action::Delete => 0,
+    }
+}
+
 /// A follow-up phase's work for one task: stats, reads or unlinks files `0..count` of
 /// task `source`, handed to the backend [`FILES_PER_GROUP`] at a time. Returns the
 /// verification errors found.
@@ -127,11 +135,7 @@ fn in_groups<B: Io500Backend>(
         Action::Read => vec![vec![0u8; shape.file_bytes() as usize + 1]; FILES_PER_GROUP as usize],
         _ => Vec::new(),
     };
-    let bytes_each = if action == Action::Read {
-        shape.file_bytes()
-    } else {
-        0
-    };
+    let bytes_each = read_bytes(shape, action);
     let mut errors = 0;
     let mut first = 0;
     while first < count {
@@ -211,11 +215,7 @@ pub(crate) fn follow_up<B: Io500Backend>(
     let config = ctx.config;
     let total: u64 = created.iter().sum();
     let progress: Progress = ctx.progress(name, Unit::KiloIops, Goal::Ops(total));
-    let bytes_each = if action == Action::Read {
-        shape.file_bytes()
-    } else {
-        0
-    };
+    let bytes_each = read_bytes(shape, action);
     let (errors, start) = run_tasks(config.tasks, &progress, |task| {
         let source = neighbour(task, config.tasks);
         let count = created.get(source).copied().unwrap_or(0);
