@@ -2,11 +2,15 @@
 //!
 //! For each device (`malloc`, `pmem`, `uring`) and value size (64 B, 4 KiB,
 //! 1 MiB by default) on one xstream: durable updates/s with `--concurrency`
-//! tasks updating at once (group commit), fetches/s of resident records from
-//! one task (per wall second and per CPU second of the xstream's thread) and
-//! their p50/p99 latency (per call), two ways: `fetch_one_per_call`, one key
-//! per `Store::fetch` call (what a lone RPC GET costs the target), and
-//! `fetch_served_batch16`, 16 keys per `Store::fetch_batch` call, the path
+//! tasks updating at once (group commit), fetches/s of resident records on
+//! the xstream (per wall second and per CPU second of the xstream's thread)
+//! and their p50/p99 latency (per call), three ways: `fetch_one_per_call`,
+//! one task, one key per `Store::fetch` call (what a lone RPC GET costs the
+//! target); `fetch_concurrent`, `--concurrency` tasks at once (the updates'
+//! concurrency), each one key per `Store::fetch` call (GETs of as many
+//! connections: each fetch yields after starting its bucket's and its
+//! record's loads, so the tasks' cache misses overlap); and
+//! `fetch_served_batch16`, one task, 16 keys per `Store::fetch_batch` call, the path
 //! the engine serves batch frames and bursts of pipelined GETs with (each
 //! target's fetches of a batch, or of the requests read in together, go to
 //! one `fetch_batch`: `target::handle_fetches`), here with a client
@@ -39,6 +43,8 @@
 use std::path::PathBuf;
 
 mod chase;
+#[cfg(feature = "embedded")]
+mod fetch;
 
 /// Arguments of `ferrite bench store`.
 #[derive(clap::Args, Debug, Clone)]
@@ -119,6 +125,7 @@ pub fn run(args: BenchStoreArgs) -> anyhow::Result<()> {
 
 #[cfg(feature = "embedded")]
 mod imp {
+    use super::fetch::{fetch_concurrent, fetch_many, FETCH_BATCH};
     use super::{BenchStoreArgs, Figure};
     use anyhow::Context;
     use ferrite_engine::store::{Store, StoreConfig, StoreStats};
@@ -130,13 +137,7 @@ mod imp {
     use std::rc::Rc;
     use std::time::Instant;
 
-    /// Fetches timed one by one: every this many-th (clock reads cost as
-    /// much as a resident fetch).
-    const FETCH_SAMPLE_EVERY: u64 = 16;
-    /// Keys per `fetch_batch` call in the served fetch figures.
-    const FETCH_BATCH: usize = 16;
-
-    fn histogram() -> Histogram<u64> {
+    pub(super) fn histogram() -> Histogram<u64> {
         Histogram::new_with_bounds(1, 600_000_000_000, 3)
             .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
     }
@@ -168,11 +169,11 @@ mod imp {
         Ok(())
     }
 
-    fn key_bytes(i: usize) -> [u8; 8] {
+    pub(super) fn key_bytes(i: usize) -> [u8; 8] {
         (i as u64).to_le_bytes()
     }
 
-    fn key(d: &[u8; 8]) -> RecordKey<'_> {
+    pub(super) fn key(d: &[u8; 8]) -> RecordKey<'_> {
         RecordKey::new(1, 7, d, b"v")
     }
 
@@ -317,7 +318,7 @@ mod imp {
 
     /// CPU seconds this thread has used (its per-core cost, whatever else
     /// the machine runs).
-    fn thread_cpu_secs() -> f64 {
+    pub(super) fn thread_cpu_secs() -> f64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
@@ -371,80 +372,6 @@ mod imp {
         }
     }
 
-    /// Fetch run: ops, wall seconds, thread CPU seconds, sampled latency.
-    struct FetchRun {
-        ops: u64,
-        secs: f64,
-        cpu_secs: f64,
-        hist: Histogram<u64>,
-    }
-
-    /// Fetches `ops` keys from one task, `batch` at a time through
-    /// `fetch_batch` (1: one `fetch` each). Latency samples are per call.
-    async fn fetch_many(
-        s: &Store,
-        keys: usize,
-        size: usize,
-        ops: u64,
-        batch: usize,
-    ) -> anyhow::Result<FetchRun> {
-        let mut hist = histogram();
-        let mut i = 0usize;
-        let (start, cpu0) = (Instant::now(), thread_cpu_secs());
-        if batch > 1 {
-            let mut names = vec![[0u8; 8]; batch];
-            let mut n = 0u64;
-            while n < ops {
-                for k in names.iter_mut() {
-                    i = (i + 7919) % keys;
-                    *k = key_bytes(i);
-                }
-                let ks: Vec<RecordKey<'_>> = names.iter().map(key).collect();
-                let timed = (n / batch as u64) % FETCH_SAMPLE_EVERY == 0;
-                let t0 = timed.then(Instant::now);
-                let got = s.fetch_batch(&ks).await;
-                if let Some(t0) = t0 {
-                    let _ = hist.record(t0.elapsed().as_nanos() as u64);
-                }
-                for r in got {
-                    match r? {
-                        Some((_, v)) if v.len() == size => {}
-                        other => anyhow::bail!("fetched {:?} bytes", other.map(|o| o.1.len())),
-                    }
-                }
-                n += batch as u64;
-            }
-            let (secs, cpu_secs) = (start.elapsed().as_secs_f64(), thread_cpu_secs() - cpu0);
-            return Ok(FetchRun {
-                ops: n,
-                secs,
-                cpu_secs,
-                hist,
-            });
-        }
-        for n in 0..ops {
-            i = (i + 7919) % keys;
-            let k = key_bytes(i);
-            let timed = n % FETCH_SAMPLE_EVERY == 0;
-            let t0 = timed.then(Instant::now);
-            let got = s.fetch(&key(&k)).await?;
-            if let Some(t0) = t0 {
-                let _ = hist.record(t0.elapsed().as_nanos() as u64);
-            }
-            match got {
-                Some((_, v)) if v.len() == size => {}
-                other => anyhow::bail!("key {i}: fetched {:?} bytes", other.map(|o| o.1.len())),
-            }
-        }
-        let (secs, cpu_secs) = (start.elapsed().as_secs_f64(), thread_cpu_secs() - cpu0);
-        Ok(FetchRun {
-            ops,
-            secs,
-            cpu_secs,
-            hist,
-        })
-    }
-
     fn case(
         args: &BenchStoreArgs,
         kind: &str,
@@ -480,6 +407,7 @@ mod imp {
                 drop(up);
                 let heap = heap_in_use().zip(heap0).map(|(a, b)| a.saturating_sub(b));
                 let one = fetch_many(&s, keys, size, fetch_ops, 1).await?;
+                let concurrent = fetch_concurrent(&s, keys, size, fetch_ops, concurrency).await?;
                 let served = fetch_many(&s, keys, size, fetch_ops, FETCH_BATCH).await?;
                 let st = s.stats();
                 let f = |name: &str, unit: &'static str, v: f64| Figure {
@@ -494,6 +422,7 @@ mod imp {
                 ];
                 for (name, run) in [
                     ("fetch_one_per_call", &one),
+                    ("fetch_concurrent", &concurrent),
                     ("fetch_served_batch16", &served),
                 ] {
                     out.extend([

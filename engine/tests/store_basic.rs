@@ -1,10 +1,16 @@
 //! Guards the store's operations end to end on a malloc device: values,
 //! extents, punches at every level, sorted paged listings, conditional
-//! updates, evicted records read back from the device, and reopening.
+//! updates, evicted records read back from the device, and reopening; and
+//! fetches of concurrent tasks: they overlap (each yields after starting its
+//! bucket's and its record's loads), and a fetch suspended that way still
+//! returns a whole value its key held, never older than its task saw before,
+//! while updates overwrite the keys and wrap the ring under it.
 
 use ferrite_bdev::BdevRef;
 use ferrite_engine::store::{Condition, Conditional, Store, StoreConfig, StoreError};
 use ferrite_proto::key::RecordKey;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
 
 fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
     glommio::LocalExecutorBuilder::default()
@@ -335,7 +341,7 @@ fn small_table_fills_under_concurrent_new_keys() {
             overflow_buckets: 28,
             ..StoreConfig::small()
         };
-        let s = std::rc::Rc::new(Store::open(dev(), cfg).await.unwrap());
+        let s = Rc::new(Store::open(dev(), cfg).await.unwrap());
         let writers = (0..16u32).map(|w| {
             let s = s.clone();
             async move {
@@ -446,4 +452,133 @@ fn listed_values_come_from_the_ring_only() {
         let sent: Vec<bool> = cut.iter().map(|(_, v)| v.is_some()).collect();
         assert_eq!(sent, vec![true, true, false, false]);
     });
+}
+
+/// Keys the ring-wrap test overwrites round after round.
+const KEYS: u32 = 64;
+
+fn race_name(a: u32) -> [u8; 4] {
+    a.to_le_bytes()
+}
+
+fn race_key(a: &[u8; 4]) -> RecordKey<'_> {
+    RecordKey::new(3, 9, b"d", a)
+}
+
+/// Key `a`'s value in round `r`: its numbers, then bytes that depend on
+/// both and on the position (a copy mixing two records shows).
+fn race_value(a: u32, r: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(3000);
+    v.extend_from_slice(&a.to_le_bytes());
+    v.extend_from_slice(&r.to_le_bytes());
+    v.extend((8..3000u32).map(|j| (a * 7 + r * 13 + j) as u8));
+    v
+}
+
+#[test]
+fn fetches_of_concurrent_tasks_overlap() {
+    run(|| async {
+        let s = Rc::new(
+            Store::open(
+                ferrite_bdev::open("malloc:16M").unwrap(),
+                StoreConfig::small(),
+            )
+            .await
+            .unwrap(),
+        );
+        for a in 0..2 {
+            s.update(&race_key(&race_name(a)), &race_value(a, 0))
+                .await
+                .unwrap();
+        }
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let tasks: Vec<_> = (0..2u32)
+            .map(|a| {
+                let (s, log) = (s.clone(), log.clone());
+                glommio::spawn_local(async move {
+                    log.borrow_mut().push(format!("{a} starts"));
+                    let got = s.fetch(&race_key(&race_name(a))).await.unwrap().unwrap();
+                    assert_eq!(got.1, race_value(a, 0));
+                    log.borrow_mut().push(format!("{a} ends"));
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await;
+        }
+        // Without the overlap the first fetch ends before the second starts.
+        assert_eq!(*log.borrow(), ["0 starts", "1 starts", "0 ends", "1 ends"]);
+    });
+}
+
+#[test]
+fn suspended_fetches_return_whole_current_values_while_the_ring_wraps() {
+    const ROUNDS: u32 = 20;
+    const READERS: u32 = 8;
+    run(|| async {
+        let dev = ferrite_bdev::open("malloc:64M").unwrap();
+        let s = Rc::new(Store::open(dev, StoreConfig::small()).await.unwrap());
+        // Keys from KEYS on are written once: the writer's rounds push
+        // them out of the ring, and fetches read them from the device.
+        for a in 0..2 * KEYS {
+            s.update(&race_key(&race_name(a)), &race_value(a, 0))
+                .await
+                .unwrap();
+        }
+        let done = Rc::new(Cell::new(false));
+        let writer = {
+            let (s, done) = (s.clone(), done.clone());
+            glommio::spawn_local(async move {
+                for r in 1..=ROUNDS {
+                    for a in 0..KEYS {
+                        s.update(&race_key(&race_name(a)), &race_value(a, r))
+                            .await
+                            .unwrap();
+                    }
+                }
+                done.set(true);
+            })
+        };
+        let readers: Vec<_> = (0..READERS)
+            .map(|t| {
+                let (s, done) = (s.clone(), done.clone());
+                glommio::spawn_local(async move { read_until(&s, &done, t).await })
+            })
+            .collect();
+        writer.await;
+        let mut fetched = 0;
+        for r in readers {
+            fetched += r.await;
+        }
+        // The writer wrapped the 1 MiB ring several times over.
+        assert!(s.stats().head > 3 * s.stats().ring_bytes);
+        assert!(s.stats().device_reads > 0, "no fetch left the ring");
+        assert!(fetched > u64::from(READERS));
+        for a in 0..KEYS {
+            let got = s.fetch(&race_key(&race_name(a))).await.unwrap().unwrap();
+            assert_eq!(got.1, race_value(a, ROUNDS));
+        }
+    });
+}
+
+/// Fetches keys until the writer is done (at most 200 000 fetches): each
+/// value must be one the key held whole, and no key may go back to an
+/// older round or version than this task saw before. Returns the count.
+async fn read_until(s: &Store, done: &Cell<bool>, t: u32) -> u64 {
+    let mut seen = vec![(0u64, 0u32); 2 * KEYS as usize];
+    let mut n = 0u64;
+    while !done.get() && n < 200_000 {
+        let a = (t * 11 + n as u32 * 7) % (2 * KEYS);
+        let (version, bytes) = s.fetch(&race_key(&race_name(a))).await.unwrap().unwrap();
+        let r = u32::from_le_bytes(bytes[4..8].try_into().unwrap());
+        assert_eq!(bytes, race_value(a, r), "key {a}: a mixed or foreign value");
+        let (v0, r0) = seen[a as usize];
+        assert!(
+            version >= v0 && r >= r0,
+            "key {a}: went back from round {r0} to {r}"
+        );
+        seen[a as usize] = (version, r);
+        n += 1;
+    }
+    n
 }

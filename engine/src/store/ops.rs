@@ -464,8 +464,24 @@ impl Store {
     }
 
     /// The key's single value and version; `None` if absent.
+    ///
+    /// A resident fetch is two dependent memory loads (the key's bucket,
+    /// then the record its slot names), each a cache miss once the store
+    /// outgrows the cache. So the fetch starts its bucket loading and lets
+    /// the xstream's other ready tasks run, then starts its record loading
+    /// and yields again, and only then looks the key up: the fetches of
+    /// concurrent tasks (requests of other connections, say) overlap their
+    /// misses instead of taking them one after the other. The lookup runs
+    /// after the yields, on the state published then; the loads before are
+    /// hints.
     pub async fn fetch(&self, key: &RecordKey<'_>) -> Result<Option<(u64, Vec<u8>)>> {
-        self.fetch_hashed(key, key.hash()).await
+        let hash = key.hash();
+        let hashes = std::slice::from_ref(&hash);
+        self.prefetch_homes(hashes);
+        ferrite_xstream::yield_now().await;
+        self.prefetch_records(hashes);
+        ferrite_xstream::yield_now().await;
+        self.fetch_hashed(key, hash).await
     }
 
     /// Fetches several keys, overlapping their memory loads: every key's
@@ -510,10 +526,22 @@ impl Store {
     /// Prefetches the main bucket of every hash, then the resident record
     /// each of those buckets names for its key's fingerprint.
     pub(super) fn prefetch_keys(&self, hashes: &[KeyHash]) {
+        self.prefetch_homes(hashes);
+        self.prefetch_records(hashes);
+    }
+
+    /// Prefetches the main bucket of every hash.
+    fn prefetch_homes(&self, hashes: &[KeyHash]) {
         let table = self.table.borrow();
         for h in hashes {
             table.prefetch_home(h.0);
         }
+    }
+
+    /// Prefetches the resident record the main bucket of each hash names
+    /// for its fingerprint (the first match: a hint).
+    fn prefetch_records(&self, hashes: &[KeyHash]) {
+        let table = self.table.borrow();
         for h in hashes {
             let b = table.load(table.home(h.0));
             let fp = h.fingerprint();
