@@ -598,6 +598,7 @@ mod imp {
                     f("passes", "count", grew(|c| c.cleaner_passes)),
                     f("wall_waits", "count", grew(|c| c.cleaner_wall_waits)),
                     f("wait_timeouts", "count", grew(|c| c.cleaner_wait_timeouts)),
+                    f("checkpoints", "count", grew(|c| c.checkpoints)),
                     f("bytes_copied", "B", grew(|c| c.cleaner_bytes_copied)),
                     f("bytes_appended", "B", grew(|c| c.bytes_appended)),
                     f(
