@@ -44,10 +44,10 @@ pub(super) async fn fetch_many(
     batch: usize,
 ) -> anyhow::Result<FetchRun> {
     if batch <= 1 {
-        let hist = Rc::new(RefCell::new(histogram()));
+        let hist = RefCell::new(histogram());
         let (start, cpu0) = (Instant::now(), thread_cpu_secs());
         fetch_one_by_one(s, keys, size, ops, 0, &hist).await?;
-        return Ok(finish(ops, start, cpu0, &hist));
+        return Ok(finish(ops, start, cpu0, hist.into_inner()));
     }
     let mut hist = histogram();
     let mut i = 0usize;
@@ -71,7 +71,7 @@ pub(super) async fn fetch_many(
         }
         n += batch as u64;
     }
-    Ok(finish(n, start, cpu0, &RefCell::new(hist)))
+    Ok(finish(n, start, cpu0, hist))
 }
 
 /// Fetches `ops` keys in all from `tasks` tasks on this xstream at once,
@@ -99,7 +99,8 @@ pub(super) async fn fetch_concurrent(
     for r in running {
         r.await?;
     }
-    Ok(finish(per_task * tasks as u64, start, cpu0, &hist))
+    let hist = hist.borrow().clone();
+    Ok(finish(per_task * tasks as u64, start, cpu0, hist))
 }
 
 /// `ops` fetches of one key each, from key `first` on by the stride.
@@ -126,11 +127,12 @@ async fn fetch_one_by_one(
     Ok(())
 }
 
-fn finish(ops: u64, start: Instant, cpu0: f64, hist: &RefCell<Histogram<u64>>) -> FetchRun {
+/// The run of `ops` fetches started at `start` (thread CPU time `cpu0`).
+fn finish(ops: u64, start: Instant, cpu0: f64, hist: Histogram<u64>) -> FetchRun {
     FetchRun {
         ops,
         secs: start.elapsed().as_secs_f64(),
         cpu_secs: thread_cpu_secs() - cpu0,
-        hist: hist.borrow().clone(),
+        hist,
     }
 }

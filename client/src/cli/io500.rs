@@ -392,14 +392,15 @@ fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result
     }
     if embedded {
         // The embedded engine's device files live under the temp directory.
-        let disk = fs_available(&std::env::temp_dir());
-        if let Some((f, disk)) = disk.and_then(|d| Some((fit_disk(args, config, d)?, d))) {
-            eprintln!(
-                "io500: the file system under the embedded engine has {:.1} GiB free: the \
-                 write phases' caps are scaled to {:.0} % so that the run fits",
-                disk as f64 / (1u64 << 30) as f64,
-                f * 100.0
-            );
+        if let Some(disk) = fs_available(&std::env::temp_dir()) {
+            if let Some(f) = fit_disk(args, config, disk) {
+                eprintln!(
+                    "io500: the file system under the embedded engine has {:.1} GiB free: the \
+                     write phases' caps are scaled to {:.0} % so that the run fits",
+                    disk as f64 / (1u64 << 30) as f64,
+                    f * 100.0
+                );
+            }
         }
     }
     eprintln!(
