@@ -77,6 +77,12 @@ pub struct BenchStoreArgs {
     /// Run only the cleaner idle-vs-busy case (no update/fetch cases).
     #[arg(long, conflicts_with = "no_cleaner")]
     pub cleaner_only: bool,
+    /// Blocks of the cleaner case: each two rounds of updates with the
+    /// cleaner busy, then one with it idle. The device's own speed drifts
+    /// over tenths of a second, so the more blocks, the less that drift
+    /// weighs on one side of the comparison.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..=50))]
+    pub cleaner_blocks: u8,
     /// Fetches per fetch figure (default: 4 GiB of values, at least every
     /// key once, at most 4 million).
     #[arg(long)]
@@ -520,12 +526,16 @@ mod imp {
     /// on a device file written whole beforehand (as a deployed device is:
     /// the first writes into a sparse file pay for allocating it, which
     /// made the idle rounds, the first over the file, the slower ones): a
-    /// round that writes every key, then three times two skewed rounds with
-    /// the cleaner running and copying cold keys, and a round over every
-    /// key with it stopped (nothing to clean: the round frees every older
-    /// segment). Idle and busy rounds alternate so that both see the same
-    /// device: run after run on one host, the idle p99 of three idle rounds
-    /// run first ranged 377-1025 us, and the ratio with it.
+    /// round that writes every key, then `blocks` times two skewed rounds
+    /// with the cleaner running and copying cold keys, and a round over
+    /// every key with it stopped (nothing to clean: the round frees every
+    /// older segment). Idle and busy rounds alternate so that both see the
+    /// same device: run after run on one host, the idle p99 of three idle
+    /// rounds run first ranged 377-1025 us, and the ratio with it. And
+    /// many blocks, because the device's speed drifts within a run too:
+    /// 64 KiB synchronous writes one at a time ran at 245-545 MB/s from one
+    /// tenth of a second to the next (fio on the test host), about as long
+    /// as a block.
     fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
         let (keys, size) = (4096usize, 4096usize);
         let bytes = 96 << 20;
@@ -535,7 +545,7 @@ mod imp {
         }
         let concurrency = args.concurrency.max(1);
         let label = kind.to_string();
-        let args_load = args.load;
+        let (args_load, blocks) = (args.load, args.cleaner_blocks);
         on_xstream(move || {
             Box::new(async move {
                 let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
@@ -554,7 +564,7 @@ mod imp {
                 // Store counters before and after each busy pair of rounds.
                 let mut windows = Vec::new();
                 let mut busy_secs = 0.0;
-                for block in 0..3u8 {
+                for block in 0..blocks {
                     let before = s.stats();
                     let cleaner = s.spawn_cleaner();
                     let start = Instant::now();
@@ -594,7 +604,11 @@ mod imp {
                         "ratio",
                         q(&busy, 0.99) / q(&idle, 0.99).max(1e-9),
                     ),
-                    f("busy_update", "ops/s", (6 * keys) as f64 / busy_secs),
+                    f(
+                        "busy_update",
+                        "ops/s",
+                        (2 * usize::from(blocks) * keys) as f64 / busy_secs,
+                    ),
                     f("passes", "count", grew(|c| c.cleaner_passes)),
                     f("wall_waits", "count", grew(|c| c.cleaner_wall_waits)),
                     f("wait_timeouts", "count", grew(|c| c.cleaner_wait_timeouts)),

@@ -618,6 +618,10 @@ fn skewed_overwrites_stay_within_twice_the_live_data(many: u32, min_segments: u6
             "max used {} B over live {live} B",
             max_used.get()
         );
+        // The window reads reuse the buffers allocated when the cleaner
+        // was spawned (two in flight and one being copied from).
+        assert!(st.cleaner_windows_read > 10, "{st:?}");
+        assert_eq!(st.cleaner_read_buffers, 3, "{st:?}");
     });
 }
 

@@ -77,8 +77,13 @@ const SHARES_PERIOD: Duration = Duration::from_micros(500);
 /// The cleaner's device reads: a read the page cache holds completes in
 /// the submitting thread (io_uring copies it inline), so it is one of the
 /// cleaner's slices, and a 4 MiB one held every foreground request on the
-/// xstream for milliseconds.
-const CLEANER_READ_BYTES: u64 = 128 << 10;
+/// xstream for milliseconds. Their buffers ([`WINDOWS_IN_FLIGHT`] and one
+/// being copied from) are allocated once, when the cleaner is spawned:
+/// a new buffer of this size for every read cost the xstream 250-300 µs
+/// (a fresh zeroed mapping faulted in page by page; the allocator returns
+/// it to the system when freed), about 9 ms of every 6 ms-long pass of
+/// `ferrite bench store --cleaner-only`, and the first 5 ms.
+pub(super) const CLEANER_READ_BYTES: u64 = 128 << 10;
 /// Reads of listed live records one pass keeps in flight (at most
 /// [`CLEANER_READ_BYTES`] each): 256 KiB in flight at most, beside the
 /// foreground's writes on the same device. (With 4 reads of 256 KiB in
@@ -441,6 +446,7 @@ impl Store {
                 self.relocate_counted(addr, &view, report).await?;
                 pass.slice.tick().await;
             }
+            self.keep_cleaner_buf(buf);
         }
         Ok(())
     }
@@ -470,12 +476,37 @@ impl Store {
     /// The bytes of `w`: copied from the memory ring if it still holds them
     /// (no await between the check and the copy), else read from the
     /// device. Returns the buffer and the window's offset in it.
+    /// The buffer is one of the cleaner's ([`Store::keep_cleaner_buf`] it
+    /// once its records are copied).
     async fn read_window(&self, w: &Window) -> Result<(IoBuf, usize)> {
         let end = w.start + w.len;
-        if end <= self.log.borrow().head && self.resident(w.start) {
-            return Ok((self.ring_window(w.start, w.len as usize, None)?, 0));
+        let kept = self.cleaner_bufs.borrow_mut().pop();
+        {
+            let mut c = self.counters.borrow_mut();
+            c.cleaner_windows_read += 1;
+            c.cleaner_read_buffers += u64::from(kept.is_none());
         }
-        self.read_log_into(w.start, w.len as usize, None).await
+        if end <= self.log.borrow().head && self.resident(w.start) {
+            return Ok((self.ring_window(w.start, w.len as usize, kept)?, 0));
+        }
+        self.read_log_into(w.start, w.len as usize, kept).await
+    }
+
+    /// Keeps `buf` for the cleaner's next window read, up to
+    /// [`WINDOWS_IN_FLIGHT`] + 1 heap buffers of a whole window each (not
+    /// the channel's pool slots, which the foreground's reads need).
+    fn keep_cleaner_buf(&self, buf: IoBuf) {
+        let mut kept = self.cleaner_bufs.borrow_mut();
+        let whole = buf.capacity() >= self.cleaner_buf_bytes();
+        if kept.len() <= WINDOWS_IN_FLIGHT && whole && !buf.is_pooled() {
+            kept.push(buf);
+        }
+    }
+
+    /// Bytes a window read takes at most: [`CLEANER_READ_BYTES`] and the
+    /// partial blocks at either end.
+    fn cleaner_buf_bytes(&self) -> usize {
+        (CLEANER_READ_BYTES + 2 * u64::from(self.geo.block_size)) as usize
     }
 
     /// Reads segment `n` record by record, copying out the live ones.
@@ -642,6 +673,14 @@ impl Store {
         let cleaner = self.spawn_background(shares, "store-cleaner", || {
             Rc::clone(self).run_cleaner(CLEANER_BACKOFF)
         });
+        let have = self.cleaner_bufs.borrow().len();
+        for _ in have..=WINDOWS_IN_FLIGHT {
+            // (If none can be had, the reads allocate their own.)
+            if let Ok(b) = self.io_buffer(None, self.cleaner_buf_bytes()) {
+                self.counters.borrow_mut().cleaner_read_buffers += 1;
+                self.keep_cleaner_buf(b);
+            }
+        }
         // The store's `Rc` is known from here on: prepare the slot the log
         // opens next (later ones as segments open).
         let log = self.log.borrow();

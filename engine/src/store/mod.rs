@@ -285,6 +285,11 @@ pub struct StoreStats {
     /// Scanned records the cleaner found dead by their bucket chain alone
     /// (no directory seek).
     pub cleaner_dead_by_slot: u64,
+    /// Live-record windows the cleaner read (from the ring or the device).
+    pub cleaner_windows_read: u64,
+    /// Device buffers the cleaner allocated for those reads: a few when it
+    /// is spawned, reused by every read after.
+    pub cleaner_read_buffers: u64,
     /// Writes that waited at the disk budget for the cleaner (each counted
     /// once, however long it waited).
     pub cleaner_wall_waits: u64,
@@ -347,6 +352,8 @@ struct Counters {
     cleaner_records_copied: u64,
     cleaner_bytes_copied: u64,
     cleaner_dead_by_slot: u64,
+    cleaner_windows_read: u64,
+    cleaner_read_buffers: u64,
     cleaner_wall_waits: u64,
     cleaner_wait_timeouts: u64,
     cleaner_failures: u64,
@@ -385,6 +392,9 @@ pub struct Store {
     /// The last checkpoint's body and device buffer, reused by the next
     /// (checkpoints are one at a time, under `checkpoint_lock`).
     checkpoint_bufs: RefCell<(Vec<u8>, Option<IoBuf>)>,
+    /// The device buffers of the cleaner's window reads, allocated when it
+    /// is spawned and reused ([`cleaner::CLEANER_READ_BYTES`]).
+    cleaner_bufs: RefCell<Vec<IoBuf>>,
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
     /// Writes waiting for a checkpoint to free log segments.
     space_waiters: RefCell<Vec<oneshot::Sender<()>>>,
@@ -505,6 +515,8 @@ impl Store {
             cleaner_records_copied: c.cleaner_records_copied,
             cleaner_bytes_copied: c.cleaner_bytes_copied,
             cleaner_dead_by_slot: c.cleaner_dead_by_slot,
+            cleaner_windows_read: c.cleaner_windows_read,
+            cleaner_read_buffers: c.cleaner_read_buffers,
             cleaner_wall_waits: c.cleaner_wall_waits,
             slots_prepared: c.slots_prepared,
             prepare_bytes_filled: c.prepare_bytes_filled,

@@ -103,6 +103,7 @@ impl Store {
             committing: Cell::new(false),
             commit_buf: RefCell::new(None),
             checkpoint_bufs: RefCell::default(),
+            cleaner_bufs: RefCell::default(),
             waiters: RefCell::default(),
             space_waiters: RefCell::default(),
             poison: RefCell::new(None),
