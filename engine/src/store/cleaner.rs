@@ -81,8 +81,9 @@ const SHARES_PERIOD: Duration = Duration::from_micros(500);
 /// being copied from) are allocated once, when the cleaner is spawned:
 /// a new buffer of this size for every read cost the xstream 250-300 µs
 /// (a fresh zeroed mapping faulted in page by page; the allocator returns
-/// it to the system when freed), about 9 ms of every 6 ms-long pass of
-/// `ferrite bench store --cleaner-only`, and the first 5 ms.
+/// it to the system when freed), in the cleaner's slices that foreground
+/// updates wait behind: about 29 reads a pass in `ferrite bench store
+/// --cleaner-only`, and the first allocation took 5 ms.
 pub(super) const CLEANER_READ_BYTES: u64 = 128 << 10;
 /// Reads of listed live records one pass keeps in flight (at most
 /// [`CLEANER_READ_BYTES`] each): 256 KiB in flight at most, beside the
