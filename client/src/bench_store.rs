@@ -604,11 +604,7 @@ mod imp {
                         "ratio",
                         q(&busy, 0.99) / q(&idle, 0.99).max(1e-9),
                     ),
-                    f(
-                        "busy_update",
-                        "ops/s",
-                        (2 * usize::from(blocks) * keys) as f64 / busy_secs,
-                    ),
+                    f("busy_update", "ops/s", busy.len() as f64 / busy_secs),
                     f("passes", "count", grew(|c| c.cleaner_passes)),
                     f("wall_waits", "count", grew(|c| c.cleaner_wall_waits)),
                     f("wait_timeouts", "count", grew(|c| c.cleaner_wait_timeouts)),

@@ -476,9 +476,9 @@ impl Store {
 
     /// The bytes of `w`: copied from the memory ring if it still holds them
     /// (no await between the check and the copy), else read from the
-    /// device. Returns the buffer and the window's offset in it.
-    /// The buffer is one of the cleaner's ([`Store::keep_cleaner_buf`] it
-    /// once its records are copied).
+    /// device, into one of the cleaner's kept buffers (hand it back with
+    /// [`Store::keep_cleaner_buf`] once its records are copied). Returns
+    /// the buffer and the window's offset in it.
     async fn read_window(&self, w: &Window) -> Result<(IoBuf, usize)> {
         let end = w.start + w.len;
         let kept = self.cleaner_bufs.borrow_mut().pop();
