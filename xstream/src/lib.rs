@@ -99,6 +99,7 @@ mod graph;
 mod lane;
 mod mesh;
 mod rng;
+mod schedstat;
 mod set;
 
 pub use alloc::tune_allocator;

@@ -16,6 +16,7 @@ use crate::context;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::lane::Lane;
+use crate::schedstat::{self, Sample, SchedStat};
 use crate::{TaskClass, XstreamId};
 
 pub(crate) type Message = Box<dyn FnOnce() + Send>;
@@ -25,18 +26,25 @@ pub(crate) type Message = Box<dyn FnOnce() + Send>;
 /// cross-thread wakes this once guarded against at 500 µs (2,000 wakeups a
 /// second of an idle xstream) were glommio parking with runnable queues,
 /// fixed in vendor/glommio (vendor/PATCHES.md). A recheck that finds mail
-/// whose wake is older than [`LOST_AFTER`] is counted ([`Mesh::lost_wakes`])
-/// and logged.
+/// whose wake was lost is counted ([`Mesh::lost_wakes`]) and logged.
 const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// A wake that has not had the pump polled after this long was lost: an
-/// executor runs a woken task within microseconds, and within a scheduler
-/// slice when its thread is preempted. Half the recheck period, so that the
-/// wake happened while the pump was waiting.
-const LOST_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
+/// An idle wait starts with this long a first stage; only a pump still idle
+/// after it reads its thread's scheduler statistics (a `/proc` read, too dear
+/// for every idle transition of a busy xstream) before the rest of the wait.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// A wake that has not had the pump polled after this long may have been
+/// lost: an executor runs a woken task within microseconds. More than half
+/// of the wait after [`SETTLE`], so that a wake that was delivered leaves
+/// less than this much of the wait for the thread to have slept in.
+const LOST_AFTER: std::time::Duration = std::time::Duration::from_millis(12);
 
 /// A recheck timer that fires this late says its thread was not running.
 const LATE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Measurement slack for the sleep a lost wake implies.
+const SLEEP_SLACK: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Messages the pump runs before it lets the task queues run.
 const PUMP_BUDGET: usize = 64;
@@ -317,6 +325,7 @@ impl Mesh {
     /// then drops what is left.
     pub(crate) async fn pump(&self, me: XstreamId) {
         let mailbox = &self.inner.mailboxes[me.0];
+        let sched = SchedStat::of_this_thread();
         loop {
             let mut ran = 0;
             for lane in &mailbox.lanes {
@@ -332,33 +341,59 @@ impl Mesh {
             if ran > 0 {
                 glommio::executor().yield_task_queue_now().await;
             } else {
-                // The timer bounds the cost of a lost cross-thread wakeup (seen
-                // with glommio 0.9 foreign wakers under load) to one period:
-                // the executor wakes, processes pending foreign wakes and the
-                // pump looks at its lanes again.
-                let mail = WaitForMail {
-                    mailbox,
-                    closed: &self.inner.closed,
-                };
-                let waiting_since = self.stamp();
-                let recheck = glommio::timer::Timer::new(IDLE_RECHECK);
-                let (mail, recheck) = (std::pin::pin!(mail), std::pin::pin!(recheck));
-                // The timer is polled first, so that mail found when it has
-                // fired is seen by `note_recheck` (polled second, the mail
-                // would win and a lost wake would never be counted).
-                let timed_out = matches!(
-                    futures::future::select(recheck, mail).await,
-                    futures::future::Either::Left(_)
-                );
-                if timed_out {
-                    mailbox.note_recheck(me, waiting_since, self.stamp());
-                }
+                self.wait_idle(mailbox, me, &sched).await;
             }
         }
         for lane in &mailbox.lanes {
             while lane.pop().is_some() {}
         }
     }
+}
+
+impl Mesh {
+    /// Waits until there is mail or the mesh closes, or one recheck period
+    /// passed (a backstop: the timer bounds what a lost cross-thread wake
+    /// could cost, and a recheck that finds such mail counts it).
+    async fn wait_idle(&self, mailbox: &Mailbox, me: XstreamId, sched: &SchedStat) {
+        if !self.wait_stage(mailbox, SETTLE).await || mailbox.has_mail() {
+            return;
+        }
+        // Each reading lies outside the stamps it is compared with, so that a
+        // preemption in between counts as waiting, never as sleep.
+        let baseline = sched.sample();
+        let since = Baseline {
+            at: self.stamp(),
+            sched: baseline,
+        };
+        if self.wait_stage(mailbox, IDLE_RECHECK - SETTLE).await {
+            let now = self.stamp();
+            mailbox.note_recheck(me, since, now, sched.sample());
+        }
+    }
+
+    /// Waits for mail or `period`; true if the period ended it.
+    async fn wait_stage(&self, mailbox: &Mailbox, period: std::time::Duration) -> bool {
+        let mail = WaitForMail {
+            mailbox,
+            closed: &self.inner.closed,
+        };
+        let timer = glommio::timer::Timer::new(period);
+        let (mail, timer) = (std::pin::pin!(mail), std::pin::pin!(timer));
+        // The timer is polled first, so that mail found when it has fired is
+        // seen by `note_recheck` (polled second, the mail would win and a
+        // lost wake would never be counted).
+        matches!(
+            futures::future::select(timer, mail).await,
+            futures::future::Either::Left(_)
+        )
+    }
+}
+
+/// Where a recheck period began: a mesh stamp and the thread's scheduler
+/// statistics then.
+struct Baseline {
+    at: u64,
+    sched: Option<Sample>,
 }
 
 fn task_message<F, Fut>(class: TaskClass, f: F) -> Message
@@ -413,26 +448,37 @@ impl Mailbox {
         }
     }
 
-    /// Counts a wait (begun at `since`) the recheck timer ended at `now`,
-    /// and a lost wake if there was mail whose wake is older than
-    /// [`LOST_AFTER`] (logged the first time). Younger mail raced the timer:
-    /// its wake is on its way. A timer that fired [`LATE`] or more after its
-    /// deadline says the thread was not running (descheduled on a busy
-    /// machine, or blocked), and then neither was the wake's delivery.
-    fn note_recheck(&self, me: XstreamId, since: u64, now: u64) {
+    /// Counts a recheck period (begun at `since`) the timer ended at `now`,
+    /// and a lost wake if there is mail whose wake is [`LOST_AFTER`] old and
+    /// the thread slept through it (logged the first time). Younger mail
+    /// raced the timer: its wake is on its way. A delivered wake leaves the
+    /// thread running or waiting for a CPU from the push on, so a thread
+    /// that was descheduled on a busy machine, or blocked, is not counted:
+    /// neither is one whose timer fired [`LATE`] or more after its deadline.
+    fn note_recheck(&self, me: XstreamId, since: Baseline, now: u64, sched: Option<Sample>) {
         self.rechecks.fetch_add(1, Ordering::Relaxed);
         let woken_at = self.woken_at.load(Ordering::SeqCst);
+        if woken_at == 0 || !self.has_mail() {
+            return;
+        }
         let age = now.saturating_sub(woken_at);
-        let late = now.saturating_sub(since + IDLE_RECHECK.as_nanos() as u64);
-        let lost = woken_at != 0
-            && age >= LOST_AFTER.as_nanos() as u64
-            && late < LATE.as_nanos() as u64
-            && self.has_mail();
-        if lost && self.lost_wakes.fetch_add(1, Ordering::Relaxed) == 0 {
+        let period = (IDLE_RECHECK - SETTLE).as_nanos() as u64;
+        let late = now.saturating_sub(since.at + period);
+        if age < LOST_AFTER.as_nanos() as u64 || late >= LATE.as_nanos() as u64 {
+            return;
+        }
+        let slept = match (since.sched, sched) {
+            (Some(a), Some(b)) => schedstat::slept(a, b, now - since.at),
+            _ => age, // no scheduler info: trust the clock alone
+        };
+        if slept + (SLEEP_SLACK.as_nanos() as u64) < age {
+            return;
+        }
+        if self.lost_wakes.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::warn!(
                 xstream = me.0,
                 wake_age_us = age / 1000,
-                timer_late_us = late / 1000,
+                slept_us = slept / 1000,
                 "mailbox pump found mail its waker missed"
             );
         }
@@ -469,16 +515,53 @@ mod tests {
     use crate::{XstreamConfig, XstreamSet};
 
     /// What an executor that loses a wake looks like to the pump: a pushed
-    /// message, its wake stamped, the waker never called. The stamp is
-    /// back-dated by [`LOST_AFTER`] so that the count does not depend on
-    /// when in the recheck period the push lands.
+    /// message, its wake stamped, the waker never called.
     fn push_unwoken(mesh: &Mesh, xs: XstreamId, message: Message) {
         let (mailbox, lane) = mesh.route(xs).unwrap();
         assert!(mailbox.lanes[lane].try_push(message).is_ok());
-        mailbox.stamp_wake(|| {
-            let stamp = mesh.stamp();
-            stamp.saturating_sub(LOST_AFTER.as_nanos() as u64).max(1)
-        });
+        mailbox.stamp_wake(|| mesh.stamp());
+    }
+
+    /// The recheck's verdict on mail whose wake is 17 ms old: lost only if
+    /// the thread slept through it, not if it was waiting for a CPU (a busy
+    /// machine) or the timer fired late.
+    #[test]
+    fn only_a_thread_that_slept_with_mail_waiting_counts_a_lost_wake() {
+        const MS: u64 = 1_000_000;
+        let mesh = Mesh::new(1, 4);
+        let (mailbox, lane) = mesh.route(XstreamId(0)).unwrap();
+        assert!(mailbox.lanes[lane].try_push(Box::new(|| {})).is_ok());
+        let t0 = 100 * MS;
+        mailbox.woken_at.store(t0 + 2 * MS, Ordering::SeqCst);
+        let since = || Baseline {
+            at: t0,
+            sched: Some(Sample { run: 0, wait: 0 }),
+        };
+        let at_deadline = t0 + 19 * MS;
+        let recheck = |since: Baseline, now: u64, run: u64, wait: u64| {
+            let before = mailbox.lost_wakes.load(Ordering::Relaxed);
+            let sched = Some(Sample { run, wait });
+            mailbox.note_recheck(XstreamId(0), since, now, sched);
+            mailbox.lost_wakes.load(Ordering::Relaxed) - before
+        };
+        // Descheduled for 15 of the 19 ms: a busy machine, not a lost wake.
+        assert_eq!(recheck(since(), at_deadline, MS, 15 * MS), 0);
+        // Running other tasks for 16 ms: not a lost wake either.
+        assert_eq!(recheck(since(), at_deadline, 16 * MS, 0), 0);
+        // The timer fired 3 ms late: the thread was not running.
+        assert_eq!(recheck(since(), at_deadline + 3 * MS, 0, 0), 0);
+        // Asleep from the push to the timer: lost.
+        assert_eq!(recheck(since(), at_deadline, MS / 5, MS / 5), 1);
+        // Without scheduler statistics the clock alone decides.
+        let blind = Baseline {
+            at: t0,
+            sched: None,
+        };
+        assert_eq!(recheck(blind, at_deadline, 0, 0), 1);
+        // Mail 11 ms old raced the timer.
+        mailbox.woken_at.store(t0 + 8 * MS, Ordering::SeqCst);
+        assert_eq!(recheck(since(), at_deadline, 0, 0), 0);
+        assert_eq!(mailbox.rechecks.load(Ordering::Relaxed), 6);
     }
 
     /// The recheck finds the message, runs it, and counts the lost wake;
@@ -497,9 +580,10 @@ mod tests {
             assert_eq!(got.unwrap(), k);
         }
         assert_eq!(mesh.lost_wakes(), 0);
-        // Let the pump go idle, then hide a message from it. A recheck that
-        // fires late (the test machine is busy) is not counted: try again,
-        // a bounded number of times.
+        // Let the pump go idle, then hide a message from it early in its
+        // recheck period, so that it is LOST_AFTER old when the timer fires.
+        // A thread that did not sleep through it (the test machine is busy)
+        // is not counted: try again, a bounded number of times.
         for attempt in 1..=10 {
             std::thread::sleep(Duration::from_millis(5));
             let (tx, rx) = mpsc::channel();
