@@ -77,8 +77,9 @@ pub struct BenchStoreArgs {
     /// Run only the cleaner idle-vs-busy case (no update/fetch cases).
     #[arg(long, conflicts_with = "no_cleaner")]
     pub cleaner_only: bool,
-    /// Blocks of the cleaner case: each two rounds of updates with the
-    /// cleaner busy, then one with it idle. The device's own speed drifts
+    /// Blocks of the cleaner case: each two rounds of updates to a store
+    /// whose cleaner runs, then one to a store that needs none. The
+    /// device's own speed drifts
     /// over tenths of a second, so the more blocks, the less that drift
     /// weighs on one side of the comparison.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..=50))]
@@ -522,33 +523,41 @@ mod imp {
         }
     }
 
-    /// 4 KiB overwrites of a 16 MiB live set on a log four times larger,
-    /// on a device file written whole beforehand (as a deployed device is:
-    /// the first writes into a sparse file pay for allocating it, which
-    /// made the idle rounds, the first over the file, the slower ones): a
-    /// round that writes every key, then `blocks` times two skewed rounds
-    /// with the cleaner running and copying cold keys, and a round over
-    /// every key with it stopped (nothing to clean: the round frees every
-    /// older segment). Idle and busy rounds alternate so that both see the
-    /// same device: run after run on one host, the idle p99 of three idle
-    /// rounds run first ranged 377-1025 us, and the ratio with it. And
-    /// many blocks, because the device's speed drifts within a run too:
-    /// 64 KiB synchronous writes one at a time ran at 245-545 MB/s from one
-    /// tenth of a second to the next (fio on the test host), about as long
-    /// as a block.
+    /// 4 KiB overwrites of a 16 MiB live set, 90 % of them to a tenth of
+    /// the keys, on two stores side by side on the same kind of device: one
+    /// whose log is four times the live data, where the cleaner runs and
+    /// copies cold keys to keep disk use within twice the live data, and
+    /// one whose log holds every round the bench writes, where the cleaner
+    /// is never started. Each is first loaded with every key, then
+    /// `blocks` times: two skewed rounds on the cleaned store ("busy") and
+    /// one on the other ("idle"). Both see the same workload, and the
+    /// rounds alternate so that both see the same device: run after run on
+    /// one host, the idle p99 of three idle rounds run first ranged
+    /// 377-1025 us, and the ratio with it. And many blocks, because the
+    /// device's speed drifts within a run too: 64 KiB synchronous writes one
+    /// at a time ran at 245-545 MB/s from one tenth of a second to the next
+    /// (fio on the test host), about as long as a block. (Until 2026-12 the
+    /// idle rounds rewrote every key of the cleaned store with its cleaner
+    /// stopped, which also freed every segment the cold keys had been copied
+    /// to, so that each block's cleaner copied the cold data again.)
     fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
         let (keys, size) = (4096usize, 4096usize);
-        let bytes = 96 << 20;
+        let live = (keys * size) as u64;
+        let (bytes, idle_bytes) = (96 << 20, (u64::from(args.cleaner_blocks) + 6) * live);
         let spec = device_spec(kind, dir, &format!("{kind}-cleaner"), bytes)?;
+        let idle_spec = device_spec(kind, dir, &format!("{kind}-no-cleaner"), idle_bytes)?;
         if kind != "malloc" {
+            // Every block allocated before a store opens it, as on a
+            // deployed device: the first writes into a sparse file pay for
+            // allocating it.
             write_whole(&device_file(dir, &format!("{kind}-cleaner")), bytes)?;
+            write_whole(&device_file(dir, &format!("{kind}-no-cleaner")), idle_bytes)?;
         }
         let concurrency = args.concurrency.max(1);
         let label = kind.to_string();
         let (args_load, blocks) = (args.load, args.cleaner_blocks);
         on_xstream(move || {
             Box::new(async move {
-                let bdev = ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
                 let cfg = StoreConfig {
                     ring_bytes: 16 << 20,
                     checkpoint_bytes: 4 << 20,
@@ -557,8 +566,15 @@ mod imp {
                     segment_bytes: 2 << 20,
                     ..config(keys, args_load, 16 << 20)
                 };
-                let s = Rc::new(Store::open(bdev, cfg).await?);
+                let open = |spec: String, cfg: StoreConfig| async move {
+                    let bdev =
+                        ferrite_bdev::open(&spec).with_context(|| format!("opening {spec}"))?;
+                    anyhow::Ok(Rc::new(Store::open(bdev, cfg).await?))
+                };
+                let s = open(spec, cfg.clone()).await?;
+                let uncleaned = open(idle_spec, cfg).await?;
                 update_all(&s, keys, size, concurrency, 0).await?;
+                update_all(&uncleaned, keys, size, concurrency, 0).await?;
                 let (peak, sampler) = sample_peak_used_over_live(&s);
                 let (mut idle, mut busy) = (histogram(), histogram());
                 // Store counters before and after each busy pair of rounds.
@@ -577,7 +593,9 @@ mod imp {
                     s.stop_cleaner();
                     cleaner.await;
                     windows.push((before, s.stats()));
-                    let (_, h) = update_all(&s, keys, size, concurrency, 3 + 3 * block).await?;
+                    let round = 3 + 3 * block;
+                    let (_, h) =
+                        update_keys(&uncleaned, keys, size, concurrency, round, skewed).await?;
                     idle.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 }
                 let peak_used_over_live = peak.get();
@@ -609,6 +627,7 @@ mod imp {
                     f("wall_waits", "count", grew(|c| c.cleaner_wall_waits)),
                     f("wait_timeouts", "count", grew(|c| c.cleaner_wait_timeouts)),
                     f("checkpoints", "count", grew(|c| c.checkpoints)),
+                    f("commits", "count", grew(|c| c.commits)),
                     f("bytes_copied", "B", grew(|c| c.cleaner_bytes_copied)),
                     f("bytes_appended", "B", grew(|c| c.bytes_appended)),
                     f(
