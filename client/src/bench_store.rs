@@ -84,6 +84,11 @@ pub struct BenchStoreArgs {
     /// weighs on one side of the comparison.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..=50))]
     pub cleaner_blocks: u8,
+    /// Keys of the cleaner case (4 KiB values each). With 4096 (16 MiB,
+    /// eight log segments) a segment is an eighth of the live data, and the
+    /// room a cleaning pass needs pushes writes against the disk budget.
+    #[arg(long, default_value_t = 16384, value_parser = clap::value_parser!(u64).range(1024..=262_144))]
+    pub cleaner_keys: u64,
     /// Fetches per fetch figure (default: 4 GiB of values, at least every
     /// key once, at most 4 million).
     #[arg(long)]
@@ -165,7 +170,10 @@ mod imp {
     }
 
     /// Writes `bytes` of zeros to `file` and syncs it: every block
-    /// allocated before the store opens it.
+    /// allocated before the store opens it. Then drops the file's pages
+    /// from the page cache: a direct write over cached pages also
+    /// invalidates them, which a device's first lap would pay and later
+    /// ones not.
     fn write_whole(file: &Path, bytes: u64) -> anyhow::Result<()> {
         let zeros = vec![0u8; 1 << 20];
         let mut f = std::fs::File::create(file).with_context(|| format!("creating {file:?}"))?;
@@ -173,6 +181,10 @@ mod imp {
             std::io::Write::write_all(&mut f, &zeros)?;
         }
         f.sync_all()?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain advice call on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        anyhow::ensure!(rc == 0, "posix_fadvise on {file:?}: error {rc}");
         Ok(())
     }
 
@@ -286,7 +298,7 @@ mod imp {
         concurrency: usize,
         round: u8,
     ) -> anyhow::Result<(f64, Histogram<u64>)> {
-        update_keys(s, keys, size, concurrency, round, |i| i).await
+        update_keys(s, keys, size, concurrency, round, |i: usize| i).await
     }
 
     /// Updates `keys` keys, the i-th being `pick(i)`.
@@ -296,7 +308,7 @@ mod imp {
         size: usize,
         concurrency: usize,
         round: u8,
-        pick: fn(usize) -> usize,
+        pick: impl Fn(usize) -> usize + Copy + 'static,
     ) -> anyhow::Result<(f64, Histogram<u64>)> {
         let hist = Rc::new(RefCell::new(histogram()));
         let start = Instant::now();
@@ -512,19 +524,32 @@ mod imp {
         }
     }
 
-    /// Nine updates in ten go to a tenth of the keys, so the oldest
-    /// segments keep live (cold) records for the cleaner to copy.
-    fn skewed(i: usize) -> usize {
-        let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7;
-        if i % 10 == 0 {
-            h
-        } else {
-            h % 410
+    /// The median of `v` (the mean of the middle two if even; 0 if empty).
+    fn median(v: &mut [f64]) -> f64 {
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
         }
     }
 
-    /// 4 KiB overwrites of a 16 MiB live set, 90 % of them to a tenth of
-    /// the keys, on two stores side by side on the same kind of device: one
+    /// Nine updates in ten go to a tenth of the `keys`, so the oldest
+    /// segments keep live (cold) records for the cleaner to copy.
+    fn skewed(keys: usize) -> impl Fn(usize) -> usize + Copy + 'static {
+        let hot = (keys / 10).max(1);
+        move |i| {
+            let h = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 7;
+            if i % 10 == 0 {
+                h
+            } else {
+                h % hot
+            }
+        }
+    }
+
+    /// 4 KiB overwrites of `--cleaner-keys` keys (64 MiB by default), 90 %
+    /// of them to a tenth of the keys, on two stores side by side on the same kind of device: one
     /// whose log is four times the live data, where the cleaner runs and
     /// copies cold keys to keep disk use within twice the live data, and
     /// one whose log holds every round the bench writes, where the cleaner
@@ -536,14 +561,16 @@ mod imp {
     /// 377-1025 us, and the ratio with it. And many blocks, because the
     /// device's speed drifts within a run too: 64 KiB synchronous writes one
     /// at a time ran at 245-545 MB/s from one tenth of a second to the next
-    /// (fio on the test host), about as long as a block. (Until 2026-12 the
+    /// (fio on the test host); a block of the default size takes about a
+    /// second. (Until 2026-12 the
     /// idle rounds rewrote every key of the cleaned store with its cleaner
     /// stopped, which also freed every segment the cold keys had been copied
     /// to, so that each block's cleaner copied the cold data again.)
     fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
-        let (keys, size) = (4096usize, 4096usize);
+        let (keys, size) = (args.cleaner_keys as usize, 4096usize);
         let live = (keys * size) as u64;
-        let (bytes, idle_bytes) = (96 << 20, (u64::from(args.cleaner_blocks) + 6) * live);
+        // The idle store's log takes the first round and one a block.
+        let (bytes, idle_bytes) = (6 * live, (u64::from(args.cleaner_blocks) + 4) * live);
         let spec = device_spec(kind, dir, &format!("{kind}-cleaner"), bytes)?;
         let idle_spec = device_spec(kind, dir, &format!("{kind}-no-cleaner"), idle_bytes)?;
         if kind != "malloc" {
@@ -561,8 +588,8 @@ mod imp {
                 let cfg = StoreConfig {
                     ring_bytes: 16 << 20,
                     checkpoint_bytes: 4 << 20,
-                    // 8 segments of live data: the log is allocated and
-                    // cleaned by segment, and 2 MiB still holds 1 MiB values.
+                    // The log is allocated and cleaned by segment, and 2 MiB
+                    // still holds 1 MiB values.
                     segment_bytes: 2 << 20,
                     ..config(keys, args_load, 16 << 20)
                 };
@@ -579,15 +606,18 @@ mod imp {
                 let (mut idle, mut busy) = (histogram(), histogram());
                 // Store counters before and after each busy pair of rounds.
                 let mut windows = Vec::new();
+                let mut block_ratios = Vec::new();
                 let mut busy_secs = 0.0;
+                let p99 = |h: &Histogram<u64>| h.value_at_quantile(0.99) as f64;
                 for block in 0..blocks {
                     let before = s.stats();
                     let cleaner = s.spawn_cleaner();
                     let start = Instant::now();
+                    let mut block_busy = histogram();
                     for round in [1 + 3 * block, 2 + 3 * block] {
                         let (_, h) =
-                            update_keys(&s, keys, size, concurrency, round, skewed).await?;
-                        busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                            update_keys(&s, keys, size, concurrency, round, skewed(keys)).await?;
+                        block_busy.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     }
                     busy_secs += start.elapsed().as_secs_f64();
                     s.stop_cleaner();
@@ -595,7 +625,11 @@ mod imp {
                     windows.push((before, s.stats()));
                     let round = 3 + 3 * block;
                     let (_, h) =
-                        update_keys(&uncleaned, keys, size, concurrency, round, skewed).await?;
+                        update_keys(&uncleaned, keys, size, concurrency, round, skewed(keys))
+                            .await?;
+                    block_ratios.push(p99(&block_busy) / p99(&h).max(1.0));
+                    busy.add(&block_busy)
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     idle.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 }
                 let peak_used_over_live = peak.get();
@@ -622,6 +656,14 @@ mod imp {
                         "ratio",
                         q(&busy, 0.99) / q(&idle, 0.99).max(1e-9),
                     ),
+                    // A device stall lands in one block's busy or idle
+                    // rounds and sways the pooled p99s; the median block
+                    // does not see it.
+                    f(
+                        "busy_over_idle_p99_block_median",
+                        "ratio",
+                        median(&mut block_ratios),
+                    ),
                     f("busy_update", "ops/s", busy.len() as f64 / busy_secs),
                     f("passes", "count", grew(|c| c.cleaner_passes)),
                     f("wall_waits", "count", grew(|c| c.cleaner_wall_waits)),
@@ -644,6 +686,13 @@ mod imp {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn median_of_odd_even_and_no_values() {
+            assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+            assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+            assert_eq!(median(&mut []), 0.0);
+        }
 
         /// Chunks freed into glibc's per-thread cache between two heap
         /// readings do not count as growth (without filling the cache
