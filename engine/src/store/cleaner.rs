@@ -109,12 +109,12 @@ const WALK_BUCKETS: u32 = 2048;
 /// milliseconds long). `ferrite bench store --cleaner-only` (64 MiB of
 /// 4 KiB values, skewed overwrites): on a malloc device, where no device
 /// waits hide it, 100 µs slices raised the busy p99 from about 120 µs idle
-/// to 181-192 µs and 30 µs ones to 144-148 µs (3 runs each, the busy p50
-/// unchanged at 53-64 µs, updates/s alike; a fourth pair of runs: 197
-/// and 157 µs). On a uring file the device's own share of the busy tail
-/// hides most of it: in one batch of 8 runs each the busy p99 median fell
-/// from 904 to 758 µs and the median block's busy/idle p99 from 1.96 to
-/// 1.84; in a second batch of 6 each, 788 and 788 µs, 1.87 and 1.83.
+/// to 181-197 µs and 30 µs ones to 144-157 µs (4 runs each; updates/s
+/// alike, the busy p50 53-54 µs and 56-64 µs). On a uring file the
+/// device's own share of the busy tail hides most of it: in one batch of
+/// 8 runs each the busy p99 median fell from 904 to 758 µs and the median
+/// block's busy/idle p99 from 1.96 to 1.84; in a second batch of 6 each,
+/// 788 and 788 µs, 1.87 and 1.83.
 const CLEANER_SLICE: Duration = Duration::from_micros(30);
 
 /// What one cleaning pass did.
