@@ -79,9 +79,8 @@ pub struct BenchStoreArgs {
     pub cleaner_only: bool,
     /// Blocks of the cleaner case: each two rounds of updates to a store
     /// whose cleaner runs, then one to a store that needs none. The
-    /// device's own speed drifts
-    /// over tenths of a second, so the more blocks, the less that drift
-    /// weighs on one side of the comparison.
+    /// device's own speed drifts over tenths of a second, so the more
+    /// blocks, the less that drift weighs on one side of the comparison.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..=50))]
     pub cleaner_blocks: u8,
     /// Keys of the cleaner case (4 KiB values each). With 4096 (16 MiB,
@@ -175,13 +174,13 @@ mod imp {
     /// invalidates them, which a device's first lap would pay and later
     /// ones not.
     fn write_whole(file: &Path, bytes: u64) -> anyhow::Result<()> {
+        use std::os::fd::AsRawFd;
         let zeros = vec![0u8; 1 << 20];
         let mut f = std::fs::File::create(file).with_context(|| format!("creating {file:?}"))?;
         for _ in 0..bytes.div_ceil(zeros.len() as u64) {
             std::io::Write::write_all(&mut f, &zeros)?;
         }
         f.sync_all()?;
-        use std::os::fd::AsRawFd;
         // SAFETY: a plain advice call on an open descriptor.
         let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
         anyhow::ensure!(rc == 0, "posix_fadvise on {file:?}: error {rc}");
@@ -549,23 +548,23 @@ mod imp {
     }
 
     /// 4 KiB overwrites of `--cleaner-keys` keys (64 MiB by default), 90 %
-    /// of them to a tenth of the keys, on two stores side by side on the same kind of device: one
-    /// whose log is four times the live data, where the cleaner runs and
-    /// copies cold keys to keep disk use within twice the live data, and
-    /// one whose log holds every round the bench writes, where the cleaner
-    /// is never started. Each is first loaded with every key, then
-    /// `blocks` times: two skewed rounds on the cleaned store ("busy") and
-    /// one on the other ("idle"). Both see the same workload, and the
-    /// rounds alternate so that both see the same device: run after run on
-    /// one host, the idle p99 of three idle rounds run first ranged
-    /// 377-1025 us, and the ratio with it. And many blocks, because the
-    /// device's speed drifts within a run too: 64 KiB synchronous writes one
-    /// at a time ran at 245-545 MB/s from one tenth of a second to the next
-    /// (fio on the test host); a block of the default size takes about a
-    /// second. (Until 2026-12 the
-    /// idle rounds rewrote every key of the cleaned store with its cleaner
-    /// stopped, which also freed every segment the cold keys had been copied
-    /// to, so that each block's cleaner copied the cold data again.)
+    /// of them to a tenth of the keys, on two stores side by side on the
+    /// same kind of device: one whose log is four times the live data,
+    /// where the cleaner runs and copies cold keys to keep disk use within
+    /// twice the live data, and one whose log holds every round the bench
+    /// writes, where the cleaner is never started. Each is first loaded
+    /// with every key, then `blocks` times: two skewed rounds on the
+    /// cleaned store ("busy") and one on the other ("idle"). Both see the
+    /// same workload, and the rounds alternate so that both see the same
+    /// device: run after run on one host, the idle p99 of three idle
+    /// rounds run first ranged 377-1025 us, and the ratio with it. And many
+    /// blocks, because the device's speed drifts within a run too: 64 KiB
+    /// synchronous writes one at a time ran at 245-545 MB/s from one tenth
+    /// of a second to the next (fio on the test host); a block of the
+    /// default size takes about a second. (Until 2026-12 the idle rounds
+    /// rewrote every key of the cleaned store with its cleaner stopped,
+    /// which also freed every segment the cold keys had been copied to, so
+    /// that each block's cleaner copied the cold data again.)
     fn cleaner_case(args: &BenchStoreArgs, kind: &str, dir: &Path) -> anyhow::Result<Vec<Figure>> {
         let (keys, size) = (args.cleaner_keys as usize, 4096usize);
         let live = (keys * size) as u64;
@@ -608,7 +607,7 @@ mod imp {
                 let mut windows = Vec::new();
                 let mut block_ratios = Vec::new();
                 let mut busy_secs = 0.0;
-                let p99 = |h: &Histogram<u64>| h.value_at_quantile(0.99) as f64;
+                let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
                 for block in 0..blocks {
                     let before = s.stats();
                     let cleaner = s.spawn_cleaner();
@@ -627,7 +626,7 @@ mod imp {
                     let (_, h) =
                         update_keys(&uncleaned, keys, size, concurrency, round, skewed(keys))
                             .await?;
-                    block_ratios.push(p99(&block_busy) / p99(&h).max(1.0));
+                    block_ratios.push(q(&block_busy, 0.99) / q(&h, 0.99).max(1e-9));
                     busy.add(&block_busy)
                         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     idle.add(&h).map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -645,7 +644,6 @@ mod imp {
                     unit,
                     ferrite: v,
                 };
-                let q = |h: &Histogram<u64>, p| h.value_at_quantile(p) as f64 / 1e3;
                 Ok(vec![
                     f("idle_p50", "us", q(&idle, 0.5)),
                     f("idle_p99", "us", q(&idle, 0.99)),

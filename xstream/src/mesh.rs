@@ -348,9 +348,7 @@ impl Mesh {
             while lane.pop().is_some() {}
         }
     }
-}
 
-impl Mesh {
     /// Waits until there is mail or the mesh closes, or one recheck period
     /// passed (a backstop: the timer bounds what a lost cross-thread wake
     /// could cost, and a recheck that finds such mail counts it).
