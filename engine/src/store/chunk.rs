@@ -79,7 +79,7 @@ impl Store {
     }
 
     /// The bytes `[start, at)` of the block `start` (`at` inside it), as
-    /// they were last written ([`Log::tail_blocks`]).
+    /// they were last written ([`LogState::tail_blocks`](super::log::LogState::tail_blocks)).
     fn written_block_start(&self, start: u64, at: u64) -> Result<Vec<u8>> {
         let pre = (at - start) as usize;
         let mut log = self.log.borrow_mut();

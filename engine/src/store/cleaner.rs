@@ -51,57 +51,10 @@ const CHECKPOINT_AMORTIZE: u64 = 8;
 /// copies need room until the checkpoint that ends it frees the victims,
 /// so short passes keep the log's peak low.
 const PASS_FREE_SEGMENTS: u64 = 2;
-/// A cleaning run starts once the log holds more than the live data by
-/// this fraction of it (plus a segment) ...
-const DUE_OVER: (u64, u64) = (1, 3);
-/// ... and goes on until it holds no more than this over it. The band sits
-/// well below the foreground's wall at about twice the live data
-/// ([`Store::disk_budget`]): the cleaner, whose shares rise from the bottom
-/// of the band to the wall ([`Store::cleaner_shares`]), gets ahead before
-/// writes wait. A band nearer the wall copies less per segment freed but
-/// has writes wait at it: `ferrite bench store --cleaner-only` (4 KiB
-/// overwrites, 7 runs of each, alternating) with the band at a third to a
-/// half over had writes wait at the wall 16-32 times a run, the log peak
-/// at 1.76-1.94× the live data and busy p99 575-982 µs; at a quarter to a
-/// third over, never, 1.63-1.74× and 573-733 µs, copying about a third more at
-/// the same update rate. (At a sixth to a quarter over: no waits either,
-/// and twice the copies.) Those runs' idle rounds rewrote every key, so
-/// each busy pair started from a log of fresh segments. Under sustained
-/// skew (the bench since 2026-12-06) the cold keys' segments lose about a
-/// tenth of their records a round and, in this band, are cleaned at about
-/// 85 % live. With 16 MiB live the cleaner copied about half as many
-/// bytes as the foreground wrote and writes waited at the wall in most
-/// runs; bands of half to two fifths and two thirds to a half over copied
-/// a quarter and two fifths less, but had writes wait at the wall 140-700
-/// times a run (2-3 runs each, with 64 and 128 KiB of copies per commit).
-/// With 64 MiB live (the bench's default since): 37 % and no waits; half
-/// to two fifths over copied 26 % less, with the same busy/idle p99 (10
-/// runs each, median block 1.79 and 1.77).
-const WANTED_OVER: (u64, u64) = (1, 4);
-/// When the live data spans many segments, the band is raised towards the
-/// wall: its top ([`DUE_OVER`]'s mark) to this share of the live data (or
-/// [`WALL_ROOM_SEGMENTS`], if more) below [`Store::disk_budget`], its bottom
-/// to [`BAND_WIDTH`] of the live data below that. Cold records then lose
-/// more of their segment before it is cleaned, so fewer are copied. With
-/// 64 MiB of 4 KiB values (32 segments; `ferrite bench store
-/// --cleaner-only` on a uring file, 16 runs of each alternating, on an
-/// xstream) a band of two thirds to a half over the live data copied 39 %
-/// fewer bytes than the quarter to a third, ran 8.6 % more updates/s with
-/// the busy p50 at 253-280 µs against 307-336 µs, peaked at 1.76× the live
-/// data and never had writes wait at the wall; the busy/idle p99 did not
-/// change (median block 1.76 and 1.80: the foreground's tail is the
-/// commits the copies ride in, however many there are). With 16 MiB live
-/// (8 segments) such bands had writes wait at the wall: there the room
-/// keeps the band where [`DUE_OVER`] and [`WANTED_OVER`] put it.
-const WALL_ROOM: (u64, u64) = (1, 3);
-/// See [`WALL_ROOM`].
-const WALL_ROOM_SEGMENTS: u64 = 8;
-/// See [`WALL_ROOM`].
-const BAND_WIDTH: (u64, u64) = (1, 6);
 /// Segments more live than this are never worth cleaning.
 const MAX_VICTIM_USE: f64 = 0.95;
 /// Shares of the cleaner's task queue while the log is within the
-/// cleaning band's bottom ([`Store::band`]; foreground queues default to
+/// cleaning band's bottom (`band.rs`; foreground queues default to
 /// 1000).
 pub const CLEANER_SHARES: usize = 50;
 /// How often the executor asks [`CleanerShares`] for the cleaner's shares.
@@ -168,9 +121,9 @@ pub(super) enum Step {
 
 impl Store {
     /// Is the log using much more than the live data (over the cleaning
-    /// band's bottom, [`Store::band`]: [`WANTED_OVER`] of it plus a
-    /// segment, or higher), or over three quarters of the device log, or
-    /// is a foreground write waiting at the disk budget? (The segment of slack keeps a store with little live data
+    /// band's bottom, [`Store::band`]), or over three quarters of the
+    /// device log, or is a foreground write waiting at the disk budget?
+    /// (The band's segment of slack keeps a store with little live data
     /// from cleaning, and checkpointing, all the time.) A cleaning run,
     /// once [due](Self::cleaning_due), goes on while this holds.
     pub fn cleaning_wanted(&self) -> bool {
@@ -178,23 +131,22 @@ impl Store {
     }
 
     /// Should the background cleaner start a cleaning run: is the log over
-    /// the band's top (the live data plus [`DUE_OVER`] of it plus a
-    /// segment, or higher: [`Store::band`]), or over three quarters of the
+    /// the band's top ([`Store::band`]), or over three quarters of the
     /// device log, or is a foreground write waiting at the disk budget
     /// (which the marks may lie above when the live data is a few
-    /// segments)? The gap to the band's bottom is
-    /// hysteresis: deletes that shrink the live data a little do not start
-    /// a run (and its checkpoint) to free what they freed.
+    /// segments)? The gap to the band's bottom is hysteresis: deletes that
+    /// shrink the live data a little do not start a run (and its
+    /// checkpoint) to free what they freed.
     pub fn cleaning_due(&self) -> bool {
         self.log_used() > self.band().1 || self.wall_waiters.get() > 0
     }
 
-    /// The cleaning band's marks (bottom, top) as disk use: [`WANTED_OVER`]
-    /// and [`DUE_OVER`] over the live data plus a segment, raised towards
-    /// the wall when the live data spans many segments ([`WALL_ROOM`]);
-    /// at most three quarters of the device log.
+    /// The cleaning band's marks (bottom, top) as disk use (`band.rs`):
+    /// a quarter and a third over the live data plus a segment, raised
+    /// towards the wall when the live data spans many segments; at most
+    /// three quarters of the device log.
     fn band(&self) -> (u64, u64) {
-        band_marks(
+        super::band::band_marks(
             self.live_bytes.get(),
             self.geo.segment_bytes,
             self.disk_budget(),
@@ -783,20 +735,6 @@ impl glommio::SharesManager for CleanerShares {
     }
 }
 
-/// [`Store::band`] for `live` bytes of live data in segments of `seg`
-/// bytes, the foreground's wall at `budget` and a device log of `log`.
-fn band_marks(live: u64, seg: u64, budget: u64, log: u64) -> (u64, u64) {
-    let over = |(num, den): (u64, u64)| live + live * num / den + seg;
-    let room = (live * WALL_ROOM.0 / WALL_ROOM.1).max(WALL_ROOM_SEGMENTS * seg);
-    let top = budget.saturating_sub(room);
-    let bottom = top.saturating_sub(live * BAND_WIDTH.0 / BAND_WIDTH.1);
-    let cap = log / 4 * 3;
-    (
-        over(WANTED_OVER).max(bottom).min(cap),
-        over(DUE_OVER).max(top).min(cap),
-    )
-}
-
 /// A run of listed live records in one segment that one read serves.
 struct Window {
     start: u64,
@@ -851,48 +789,5 @@ impl Slice {
             glommio::executor().yield_task_queue_now().await;
             self.0 = std::time::Instant::now();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::band_marks;
-
-    const MIB: u64 = 1 << 20;
-
-    /// The budget [`super::Store::disk_budget`] gives `live` in 2 MiB
-    /// segments.
-    fn budget(live: u64) -> u64 {
-        (2 * live - 2 * MIB).max(live + 8 * MIB)
-    }
-
-    #[test]
-    fn a_few_segments_of_live_data_keep_the_quarter_to_third_band() {
-        let live = 16 * MIB;
-        let (bottom, top) = band_marks(live, 2 * MIB, budget(live), 1 << 40);
-        assert_eq!(
-            (bottom, top),
-            (live + live / 4 + 2 * MIB, live + live / 3 + 2 * MIB)
-        );
-    }
-
-    #[test]
-    fn many_segments_of_live_data_raise_the_band_towards_the_wall() {
-        let live = 64 * MIB;
-        let (bottom, top) = band_marks(live, 2 * MIB, budget(live), 1 << 40);
-        // A third of the live data below the wall, a sixth of it wide.
-        assert_eq!(top, budget(live) - live / 3);
-        assert_eq!(bottom, top - live / 6);
-        assert!(bottom > live + live / 3 + 2 * MIB, "{bottom}");
-        assert!(top < 2 * live - 16 * MIB, "{top}");
-    }
-
-    #[test]
-    fn the_band_stays_within_three_quarters_of_the_log() {
-        let live = 64 * MIB;
-        let log = 128 * MIB;
-        let (bottom, top) = band_marks(live, 2 * MIB, budget(live), log);
-        assert_eq!(top, 96 * MIB);
-        assert!(bottom <= top, "{bottom}");
     }
 }

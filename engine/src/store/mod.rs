@@ -54,6 +54,7 @@
 //! ```
 
 mod apply;
+mod band;
 mod buckets;
 mod checkpoint;
 mod chunk;
