@@ -149,7 +149,6 @@ impl Store {
         super::band::band_marks(
             self.live_bytes.get(),
             self.geo.segment_bytes,
-            self.disk_budget(),
             self.geo.log_bytes,
         )
     }

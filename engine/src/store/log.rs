@@ -331,14 +331,10 @@ impl Store {
         }
     }
 
-    /// Disk use foreground writes wait at while a cleaner runs: twice the
-    /// live data less a segment (the room a cleaning pass's copies take
-    /// before its victims are freed), or the live data plus four segments
-    /// if that is more (a hot and a cold segment open, and room for the
-    /// cleaner to work, when the live data is a few segments).
+    /// Disk use foreground writes wait at while a cleaner runs
+    /// ([`super::band::disk_budget`]).
     pub(crate) fn disk_budget(&self) -> u64 {
-        let (live, seg) = (self.live_bytes.get(), self.geo.segment_bytes);
-        (2 * live).saturating_sub(seg).max(live + 4 * seg)
+        super::band::disk_budget(self.live_bytes.get(), self.geo.segment_bytes)
     }
 
     /// Device log bytes in use: the slots that hold a segment, less the
