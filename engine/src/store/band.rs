@@ -50,6 +50,38 @@ const WALL_ROOM_SEGMENTS: u64 = 8;
 /// See [`WALL_ROOM`].
 const BAND_WIDTH: (u64, u64) = (1, 6);
 
+/// Past the band's top by this share of a segment, the cleaner is behind
+/// and picks its victims greedily ([`victim_score`]).
+const BEHIND_TOP: (u64, u64) = (1, 2);
+
+/// Is disk use `used` far enough over the band's `top` (segments of `seg`
+/// bytes) that the cleaner should pick victims for the room they free now?
+pub(super) fn behind(used: u64, top: u64, seg: u64) -> bool {
+    used > top + seg * BEHIND_TOP.0 / BEHIND_TOP.1
+}
+
+/// How much a sealed segment whose live records fill `u` of it, written
+/// `age` bytes of log ago, is worth cleaning. Normally the cost-benefit
+/// of log-structured file systems, `(1 - u) * age / (1 + u)`: an old
+/// segment of cold records is cleaned before a young one that still
+/// loses records, so cold records are copied fewer times. But when the
+/// cleaner is [`behind`], the emptiest first (`1 - u`): each pass then
+/// frees the most room for the bytes it copies, so the foreground reaches
+/// its wall less often. With 16 MiB live in 2 MiB segments (`ferrite bench
+/// store --cleaner-only --cleaner-keys 4096`), cost-benefit alone picked
+/// old segments 60-92 % live while the log climbed to the wall, and
+/// writes waited there in every run (48-107 times, 10 runs); greedy past
+/// half a segment over the top, 0-16 times (6 runs), copying as much, at
+/// the same busy/idle p99. With 64 MiB live the log stays under that mark
+/// and nothing changed.
+pub(super) fn victim_score(u: f64, age: f64, behind: bool) -> f64 {
+    if behind {
+        1.0 - u
+    } else {
+        (1.0 - u) * age / (1.0 + u)
+    }
+}
+
 /// Disk use foreground writes wait at while a cleaner runs, for `live`
 /// bytes of live data in segments of `seg` bytes: twice the live data less
 /// a segment (the room a cleaning pass's copies take before its victims
@@ -76,7 +108,7 @@ pub(super) fn band_marks(live: u64, seg: u64, log: u64) -> (u64, u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::{band_marks, disk_budget};
+    use super::{band_marks, behind, disk_budget, victim_score};
 
     const MIB: u64 = 1 << 20;
 
@@ -113,5 +145,23 @@ mod tests {
         let (bottom, top) = band_marks(live, 2 * MIB, log);
         assert_eq!(top, 96 * MIB);
         assert!(bottom <= top, "{bottom}");
+    }
+
+    #[test]
+    fn a_cleaner_behind_picks_the_emptiest_segment_first() {
+        // An old segment of cold records, 80 % live, 20 segments old,
+        // against a young one, half live, 4 segments old.
+        let (old, young) = ((0.8, 20.0), (0.5, 4.0));
+        let score = |(u, age): (f64, f64), b| victim_score(u, age, b);
+        assert!(score(old, false) > score(young, false));
+        assert!(score(young, true) > score(old, true));
+    }
+
+    #[test]
+    fn the_cleaner_is_behind_half_a_segment_over_the_top() {
+        let (top, seg) = (40 * MIB, 2 * MIB);
+        assert!(!behind(top, top, seg));
+        assert!(!behind(top + MIB, top, seg));
+        assert!(behind(top + MIB + 1, top, seg));
     }
 }

@@ -7,6 +7,8 @@
 //! as in LFS): a segment of long-lived records is cleaned only once it has
 //! lost much of them, and the copies go to cold segments of their own, away
 //! from the foreground's hot writes, so they are not copied again and again.
+//! While the log is well over the cleaning band (the cleaner is behind), the
+//! emptiest segments go first ([`victim_score`]), for the room they free now.
 //! A record is live if the key directory still points at it; it is copied
 //! (same key, value and version, new address) and published like any update,
 //! in append order. A cold segment is opened at the hot head, so every record
@@ -24,6 +26,7 @@
 //! ([`Store::checkpoint_due`]), so replay stays bounded when overwrites free
 //! their segments with no pass at all.
 
+use super::band::victim_score;
 use super::checkpoint::CheckpointInfo;
 use super::log::AppendSpec;
 use super::ops::Held;
@@ -292,8 +295,9 @@ impl Store {
 
     /// The segments one cleaning pass copies out, best first: sealed and
     /// published ones (not an open head, wholly before the first record
-    /// waiting to be published), by cost-benefit, until they free what the
-    /// log is over its target (at least a segment), and, if one is pinned
+    /// waiting to be published), by [`victim_score`] (cost-benefit, or the
+    /// emptiest first while the cleaner is behind), until they free what
+    /// the log is over its target (at least a segment), and, if one is pinned
     /// (the pass then ends with a checkpoint), amount to at least
     /// [`CHECKPOINT_AMORTIZE`] times the last checkpoint (at most a
     /// quarter of the log); else no more victims than hold about a
@@ -305,6 +309,7 @@ impl Store {
         let published = log.published();
         let (hot, cold) = log.open_segments(seg);
         let slots = &log.slots;
+        let behind = super::band::behind(log.used_bytes(seg), self.band().1, seg);
         let mut scored: Vec<(f64, u64, u64)> = (0..slots.held.len())
             .filter_map(|s| {
                 let n = slots.held[s];
@@ -313,7 +318,7 @@ impl Store {
                 let sealed = n != FREE && !open && (n + 1) * seg <= published;
                 let u = live as f64 / seg as f64;
                 let age = (log.head - slots.born[s].min(log.head) + 1) as f64;
-                (sealed && u < MAX_VICTIM_USE).then(|| ((1.0 - u) * age / (1.0 + u), n, live))
+                (sealed && u < MAX_VICTIM_USE).then(|| (victim_score(u, age, behind), n, live))
             })
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
