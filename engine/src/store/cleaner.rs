@@ -309,7 +309,9 @@ impl Store {
         let published = log.published();
         let (hot, cold) = log.open_segments(seg);
         let slots = &log.slots;
-        let behind = super::band::behind(log.used_bytes(seg), self.band().1, seg);
+        let used = log.used_bytes(seg);
+        let (bottom, top) = self.band();
+        let behind = super::band::behind(used, top, seg);
         let mut scored: Vec<(f64, u64, u64)> = (0..slots.held.len())
             .filter_map(|s| {
                 let n = slots.held[s];
@@ -322,9 +324,8 @@ impl Store {
             })
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let want_free = log
-            .used_bytes(seg)
-            .saturating_sub(self.band().0)
+        let want_free = used
+            .saturating_sub(bottom)
             .clamp(seg, PASS_FREE_SEGMENTS * seg);
         let want_scan =
             (CHECKPOINT_AMORTIZE * self.checkpoint_bytes.get()).min(self.geo.log_bytes / 4);
