@@ -7,7 +7,8 @@
 //! A second case runs updates only, with no cleaner and no checkpoint, for
 //! several laps of a small log: segments are freed as their last record
 //! dies and reused, and replay must find its way through them.
-//! Seeds are printed; `FERRITE_SEED=<n>` replays one.
+//! A third mixes in seldom-written keys, whose updates go to the cold
+//! segment. Seeds are printed; `FERRITE_SEED=<n>` replays one.
 
 use ferrite_bdev::wrap::{CrashBdev, DelayBdev, Delays};
 use ferrite_bdev::BdevRef;
@@ -38,6 +39,10 @@ struct Case {
     crash_to: f64,
     /// Values are up to this many bytes.
     value_max: usize,
+    /// Keys per task besides its [`KEYS_PER_TASK`] hot ones that one
+    /// operation in four goes to: rewritten seldom enough to go to the
+    /// cold segment (`store::cold`).
+    cold_keys: u32,
 }
 
 /// Updates and punches with the cleaner and checkpoints, well within the log.
@@ -49,6 +54,7 @@ const MIXED: Case = Case {
     crash_from: 0.0,
     crash_to: 0.5,
     value_max: 3000,
+    cold_keys: 0,
 };
 
 /// Updates only, no cleaner or checkpoint, over several laps of the log.
@@ -60,6 +66,7 @@ const LAPS: Case = Case {
     crash_from: 0.5,
     crash_to: 0.95,
     value_max: 3000,
+    cold_keys: 0,
 };
 
 /// Values up to 40 KiB with the cleaner, over many laps of the ring:
@@ -73,6 +80,21 @@ const BIG: Case = Case {
     crash_from: 0.3,
     crash_to: 0.95,
     value_max: 40 << 10,
+    cold_keys: 0,
+};
+
+/// As [`MIXED`], with one operation in four to a wider set of keys whose
+/// updates go to the cold segment, between the hot head's.
+const COLD: Case = Case {
+    device: "malloc:8M",
+    ops_per_task: 1000,
+    punch_one_in: 8,
+    cleaner: true,
+    // A cold key is rewritten about every 1.4 MB of log, three rings.
+    crash_from: 0.5,
+    crash_to: 0.95,
+    value_max: 3000,
+    cold_keys: 60,
 };
 
 /// What may be found for a key: its last acknowledged state and, if an
@@ -104,7 +126,11 @@ fn value(k: u32, seq: u32, max: usize, rng: &mut StdRng) -> Vec<u8> {
 async fn worker(store: Rc<Store>, model: Model, task: u32, seed: u64, case: Case) {
     let mut rng = StdRng::seed_from_u64(seed ^ u64::from(task));
     for seq in 0..case.ops_per_task {
-        let k = task * KEYS_PER_TASK + rng.gen_range(0..KEYS_PER_TASK);
+        let k = if case.cold_keys > 0 && rng.gen_ratio(1, 4) {
+            TASKS * KEYS_PER_TASK + task * case.cold_keys + rng.gen_range(0..case.cold_keys)
+        } else {
+            task * KEYS_PER_TASK + rng.gen_range(0..KEYS_PER_TASK)
+        };
         let kb = k.to_le_bytes();
         let key = RecordKey::new(1, 2, b"crash", &kb);
         let next = if case.punch_one_in > 0 && rng.gen_ratio(1, case.punch_one_in) {
@@ -128,8 +154,8 @@ async fn worker(store: Rc<Store>, model: Model, task: u32, seed: u64, case: Case
     }
 }
 
-async fn verify(store: &Store, model: &HashMap<u32, KeyState>, seed: u64) {
-    for k in 0..TASKS * KEYS_PER_TASK {
+async fn verify(store: &Store, model: &HashMap<u32, KeyState>, seed: u64, case: Case) {
+    for k in 0..TASKS * (KEYS_PER_TASK + case.cold_keys) {
         let kb = k.to_le_bytes();
         let key = RecordKey::new(1, 2, b"crash", &kb);
         let got = store.fetch(&key).await.unwrap().map(|(_, v)| v);
@@ -209,6 +235,9 @@ fn crash_case(seed: u64, case: Case) {
             if case.value_max > 16 << 10 {
                 assert!(st.ring_write_bytes > 0, "no write from the ring: {st:?}");
             }
+            if case.cold_keys > 0 {
+                assert!(st.cold_writes > 0, "no cold write: {st:?}");
+            }
             if !case.cleaner {
                 assert_eq!(st.checkpoints, 0, "{st:?}");
                 assert!(st.bytes_appended > 2 * st.log_capacity_bytes, "{st:?}");
@@ -230,12 +259,12 @@ fn crash_case(seed: u64, case: Case) {
             eprintln!("seed {seed}: reopening");
             let model = model.borrow().clone();
             let store = Store::open(bdev.clone(), cfg()).await.unwrap();
-            verify(&store, &model, seed).await;
+            verify(&store, &model, seed, case).await;
             let key = RecordKey::new(1, 2, b"after", b"crash");
             store.update(&key, b"still works").await.unwrap();
             drop(store);
             let store = Store::open(bdev, cfg()).await.unwrap();
-            verify(&store, &model, seed).await;
+            verify(&store, &model, seed, case).await;
             assert_eq!(store.fetch(&key).await.unwrap().unwrap().1, b"still works");
         })
         .unwrap()
@@ -257,6 +286,13 @@ fn run_seeds(case: Case, seeds: u64) {
 #[test]
 fn acknowledged_updates_survive_power_loss() {
     run_seeds(MIXED, 24);
+}
+
+/// Updates written to the cold segment, below the hot head, in the same
+/// commits as the hot head's: what they acknowledged survives power loss.
+#[test]
+fn acknowledged_cold_writes_survive_power_loss() {
+    run_seeds(COLD, 16);
 }
 
 #[test]

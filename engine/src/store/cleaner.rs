@@ -227,7 +227,7 @@ impl Store {
                 held: Some(if extent { Held::Array } else { Held::Single }),
                 cold: cold.then_some(origin),
             };
-            let (_, len, _) = self.append_now(&spec)?;
+            let len = self.append_now(&spec)?.len;
             appended += u64::from(len);
             used += need;
         }
@@ -272,7 +272,7 @@ impl Store {
             if self.log.borrow().cold_unwritten >= self.config.cleaner_commit_bytes {
                 self.wait_all_durable().await?;
             }
-            self.reserve_space(room, Some(origin)).await?;
+            self.reserve_space(room, Some(origin), true).await?;
             match self.relocate_step(origin, view, room, true)? {
                 Step::Done => return Ok(Some(copied)),
                 Step::Appended { bytes, more } => {

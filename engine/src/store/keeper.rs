@@ -106,7 +106,7 @@ impl Store {
         };
         let (mut copied, mut charged) = (0, 0);
         for _ in 0..KEEP_PIECES_MAX {
-            self.reserve_space(len, None).await?;
+            self.reserve_space(len, None, false).await?;
             match self.relocate_step(at, &view, len, false)? {
                 Step::Appended { bytes, more } => {
                     copied += bytes;

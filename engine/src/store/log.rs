@@ -5,9 +5,11 @@
 //! offset `a % ring_bytes` and device offset `log_offset + a % log_bytes`.
 //! The log is allocated in segments (`segments.rs`): a record never crosses
 //! a segment's end, so never a ring end or the device log's end either.
-//! Foreground appends go to the hot head, the cleaner's copies to the cold
-//! head; both write into the ring at their addresses, and a group commit
-//! writes every appended range that is not yet on the device.
+//! Foreground appends go to the hot head, but for single values of keys
+//! not written for a ring's worth of log (`cold.rs`), which go to the cold
+//! segment with the cleaner's copies; both heads write into the ring at
+//! their addresses, and a group commit writes every appended range that is
+//! not yet on the device.
 //!
 //! Invariants: no append overwrites ring bytes not yet on the device
 //! (`reserve_space`); records are published in append order, a cold
@@ -92,7 +94,8 @@ pub(crate) struct Pending {
     pub new_key: bool,
 }
 
-/// The open cold segment: where the cleaner's copies go.
+/// The open cold segment: where the cleaner's copies and cold keys'
+/// updates go.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ColdSeg {
     pub head: u64,
@@ -204,9 +207,20 @@ pub(crate) struct AppendSpec<'a> {
     /// What the key held when the caller checked it (with no await since);
     /// `None`: `append_now` looks.
     pub held: Option<Held>,
-    /// A cleaner copy: goes to the cold segment, above this address (its
-    /// original).
+    /// Goes to the cold segment, above this address: a cleaner copy's
+    /// original, or the key's newest record for a foreground single
+    /// value ([`Store::stream_for`]).
     pub cold: Option<u64>,
+}
+
+/// Where [`Store::append_now`] put a record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Appended {
+    pub len: u32,
+    pub version: u64,
+    /// Its place in append order: it is durable and published once a
+    /// commit covers this many appends ([`Store::wait_durable`]).
+    pub seq: u64,
 }
 
 impl Store {
@@ -247,8 +261,7 @@ impl Store {
         word.fetch_or(STATE_SUPERSEDED, Ordering::Release);
     }
 
-    /// Where an append of `len` bytes would go now (`cold`: a cleaner
-    /// copy), `None` if it needs a segment and no slot is free. A hot
+    /// Where an append of `len` bytes would go now, `None` if it needs a segment and no slot is free. A hot
     /// append continues the open hot segment or opens the first free
     /// segment at or after the head; a cold one (`cold`: `Some(above)`)
     /// continues the open cold segment while it fits and its head is above
@@ -343,19 +356,25 @@ impl Store {
         self.log.borrow().used_bytes(self.geo.segment_bytes)
     }
 
-    /// Waits until `len` bytes can be appended (`cold`: by the cleaner)
-    /// without an await in between: a free slot if the append opens a
-    /// segment (foreground appends leave [`CLEANER_SLOTS`] to the cleaner),
-    /// no ring bytes that are not yet on the device overwritten, and
-    /// while a cleaner runs, disk use within [`Store::disk_budget`].
-    pub(crate) async fn reserve_space(&self, len: u64, cold: Option<u64>) -> Result<()> {
+    /// Waits until `len` bytes can be appended (`cold`: to the cold
+    /// segment above that address; `copy`: by the cleaner) without an
+    /// await in between: a free slot if the append opens a segment (other
+    /// appends leave [`CLEANER_SLOTS`] to the cleaner), no ring bytes that
+    /// are not yet on the device overwritten, and while a cleaner runs,
+    /// disk use within [`Store::disk_budget`] (but for the cleaner).
+    pub(crate) async fn reserve_space(
+        &self,
+        len: u64,
+        cold: Option<u64>,
+        copy: bool,
+    ) -> Result<()> {
         let max = self.geo.segment_bytes.min(self.geo.ring_bytes / 2);
         if len > max {
             return Err(StoreError::Invalid(format!(
                 "record of {len} bytes exceeds a log segment ({max} bytes)"
             )));
         }
-        if cold.is_none() && self.cleaner_active.get() && self.cleaner_behind() {
+        if !copy && self.cleaner_active.get() && self.cleaner_behind() {
             // Let the scheduler weigh the cleaner's risen shares
             // ([`Store::cleaner_shares`]): on a device whose I/O completes
             // at once the foreground queue never runs dry, and glommio
@@ -373,7 +392,7 @@ impl Store {
                 let place = self.placement(&l, len, cold);
                 (place, l.unwritten_floor(), l.slots.free)
             };
-            let reserve = if cold.is_some() { 1 } else { 1 + CLEANER_SLOTS };
+            let reserve = if copy { 1 } else { 1 + CLEANER_SLOTS };
             let Some(place) = place.filter(|p| !p.opens || free >= reserve) else {
                 self.head_watch.wake_all();
                 self.wait_for_space().await;
@@ -386,10 +405,8 @@ impl Store {
                 continue;
             }
             let used = self.log_used() + u64::from(place.opens) * self.geo.segment_bytes;
-            let over_budget = cold.is_none()
-                && place.opens
-                && self.cleaner_active.get()
-                && used > self.disk_budget();
+            let over_budget =
+                !copy && place.opens && self.cleaner_active.get() && used > self.disk_budget();
             if over_budget {
                 let now = std::time::Instant::now();
                 // Cleaning is due while this write waits, whatever the
@@ -429,8 +446,8 @@ impl Store {
     }
 
     /// Appends a record to the ring now (space reserved by the caller with no
-    /// await since). Returns (address, length, version).
-    pub(crate) fn append_now(&self, spec: &AppendSpec<'_>) -> Result<(u64, u32, u64)> {
+    /// await since).
+    pub(crate) fn append_now(&self, spec: &AppendSpec<'_>) -> Result<Appended> {
         let len = record_len(spec.key, spec.value.len());
         let punch =
             spec.flags.has(RecordFlags::PUNCH_DKEY) || spec.flags.has(RecordFlags::PUNCH_OBJECT);
@@ -467,7 +484,7 @@ impl Store {
             _ => log.head = end,
         }
         log.note_unwritten(addr, end);
-        if spec.cold.is_some() {
+        if spec.cold.is_some() && spec.origin.is_some() {
             log.cold_unwritten += len as u64;
         }
         if punch || spec.flags.has(RecordFlags::TOMBSTONE) || spec.flags.has(RecordFlags::EXTENT) {
@@ -491,13 +508,18 @@ impl Store {
             punch,
             new_key,
         });
-        let head = log.head;
+        let (head, seq) = (log.head, log.appends);
         drop(log);
         self.head_watch.advanced(head);
         let mut c = self.counters.borrow_mut();
         c.records_appended += 1;
+        c.cold_writes += u64::from(spec.cold.is_some() && spec.origin.is_none());
         c.bytes_appended += len as u64;
-        Ok((addr, len as u32, version))
+        Ok(Appended {
+            len: len as u32,
+            version,
+            seq,
+        })
     }
 
     /// Is an update or punch of this key hash waiting to be published?
@@ -506,11 +528,11 @@ impl Store {
         log.pending_punches > 0 || log.pending_hashes.contains_key(&hash)
     }
 
-    /// Returns once every hot byte before `end` (a foreground record's
-    /// end) is durable (written, and flushed under [`Durability::Device`])
-    /// and published. See [`Store::wait_committed`].
-    pub(crate) async fn wait_durable(&self, end: u64) -> Result<()> {
-        self.wait_committed(|l| l.durable >= end).await
+    /// Returns once the first `seq` appends ([`Appended::seq`]) are
+    /// durable (written, and flushed under [`Durability::Device`]) and
+    /// published. See [`Store::wait_committed`].
+    pub(crate) async fn wait_durable(&self, seq: u64) -> Result<()> {
+        self.wait_committed(|l| l.committed_appends >= seq).await
     }
 
     /// Returns once every record appended so far (the cleaner's cold

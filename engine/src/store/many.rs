@@ -55,7 +55,7 @@ impl<'a> WriteOp<'a> {
 
 /// What the synchronous step of one write did.
 enum Step {
-    /// Appended (record end) or refused by its condition (no record).
+    /// Appended (its append sequence number) or refused by its condition (no record).
     Done(Option<u64>, Conditional),
     /// A conditional write whose key has a write waiting to be published:
     /// it runs, with every later one, after the group's commit.
@@ -78,19 +78,21 @@ impl Store {
         let hashes: Vec<KeyHash> = ops.iter().map(|op| op.key().hash()).collect();
         self.prefetch_keys(&hashes);
         let mut out = Vec::with_capacity(ops.len());
-        let mut end = None;
+        // The last append's sequence number: once it is committed, so is
+        // every append before it.
+        let mut last = None;
         for op in ops {
             match self.append_op(op).await {
                 Ok(Step::Done(e, outcome)) => {
-                    end = e.or(end);
+                    last = e.or(last);
                     out.push(Ok(outcome));
                 }
                 Ok(Step::Wait) => break,
                 Err(e) => out.push(Err(e)),
             }
         }
-        if let Some(end) = end {
-            if let Err(first) = self.wait_durable(end).await {
+        if let Some(seq) = last {
+            if let Err(first) = self.wait_durable(seq).await {
                 self.fail_applied(&mut out, first);
             }
         }
@@ -106,7 +108,7 @@ impl Store {
         Self::validate(key, value.len())?;
         match *op {
             WriteOp::UpdateIf { cond, .. } => {
-                self.reserve_space(record_len(key, value.len()) as u64, None)
+                self.reserve_space(record_len(key, value.len()) as u64, None, false)
                     .await?;
                 Ok(match self.append_if(key, value, cond)? {
                     None => Step::Wait,

@@ -59,6 +59,7 @@ mod buckets;
 mod checkpoint;
 mod chunk;
 mod cleaner;
+mod cold;
 mod dir;
 mod error;
 mod extents;
@@ -141,6 +142,9 @@ pub struct StoreConfig {
     /// the busy/idle p99 at 1.10-2.14 on pmem (msync) and 1.43-1.79 on
     /// uring, against 1.90-2.11 and 1.62-1.88.
     pub cleaner_commit_bytes: u64,
+    /// Single values whose key's newest record has left the ring are
+    /// appended to the cold segment, not the hot head (`cold.rs`).
+    pub cold_writes: bool,
 }
 
 impl Default for StoreConfig {
@@ -160,6 +164,7 @@ impl Default for StoreConfig {
             flush_interval: std::time::Duration::from_secs(1),
             hot_value_max: 1024,
             cleaner_commit_bytes: 64 << 10,
+            cold_writes: true,
         }
     }
 }
@@ -307,6 +312,8 @@ pub struct StoreStats {
     /// The most bytes of cleaner copies one group commit carried
     /// ([`StoreConfig::cleaner_commit_bytes`]).
     pub commit_cold_bytes_max: u64,
+    /// Foreground records appended to the cold segment (`cold.rs`).
+    pub cold_writes: u64,
     /// Log bytes written to the device straight from the ring, with no copy
     /// into a buffer (whole blocks of big writes).
     pub ring_write_bytes: u64,
@@ -360,6 +367,7 @@ struct Counters {
     cleaner_failures: u64,
     commits_led_off_home: u64,
     commit_cold_bytes_max: u64,
+    cold_writes: u64,
     ring_write_bytes: u64,
     keeper_records_kept: u64,
     keeper_bytes_kept: u64,
@@ -527,6 +535,7 @@ impl Store {
             cleaner_failures: c.cleaner_failures,
             commits_led_off_home: c.commits_led_off_home,
             commit_cold_bytes_max: c.commit_cold_bytes_max,
+            cold_writes: c.cold_writes,
             ring_write_bytes: c.ring_write_bytes,
             keeper_records_kept: c.keeper_records_kept,
             keeper_bytes_kept: c.keeper_bytes_kept,

@@ -3,6 +3,7 @@
 
 use super::apply::Head;
 use super::buckets::prefetch;
+use super::cold::Stream;
 use super::dir::pieces_in;
 use super::log::AppendSpec;
 use super::{Condition, Conditional, Store, StoreError};
@@ -56,6 +57,18 @@ impl Held {
     }
 }
 
+/// What [`Store::resident_record`] found.
+pub(crate) enum Resident {
+    /// The key's record, at this address (`array`: an extent of a byte
+    /// array, the newest).
+    Found { addr: u64, array: bool },
+    /// No slot of the chain matches the key's fingerprint: absent.
+    Absent,
+    /// A slot with its fingerprint points at a record no longer in the
+    /// ring: only the directory knows.
+    Unsure,
+}
+
 /// Where `fetch` found a key.
 enum Found {
     Absent,
@@ -97,10 +110,26 @@ impl Store {
     }
 
     /// What the key holds in the published state. Answered from its bucket
-    /// chain and the ring when the key's record is resident (no fingerprint
-    /// match means absent), from the directory otherwise: the buckets and
-    /// the directory are published together, so both give the same answer.
+    /// chain and the ring when the key's record is resident, from the
+    /// directory otherwise: the buckets and the directory are published
+    /// together, so both give the same answer.
     pub(crate) fn held(&self, key: &RecordKey<'_>) -> Held {
+        let entry = || (self.dir.borrow()).get((key.container, key.object), key.dkey, key.akey);
+        match self.resident_record(key) {
+            Resident::Found { array: true, .. } => Held::Array,
+            Resident::Found { .. } => Held::Single,
+            Resident::Absent => Held::Absent,
+            Resident::Unsure => match entry() {
+                None => Held::Absent,
+                Some(e) if e.extents.is_some() => Held::Array,
+                Some(_) => Held::Single,
+            },
+        }
+    }
+
+    /// The key's published record, looked for in its bucket chain among
+    /// the records still in the ring.
+    pub(crate) fn resident_record(&self, key: &RecordKey<'_>) -> Resident {
         let hash = key.hash();
         let mut unsure = false;
         let hit = self
@@ -112,24 +141,15 @@ impl Store {
                     return None;
                 }
                 let h = Head::peek(self.ring_slice(slot.addr, slot.length as usize))?;
-                (h.key == *key).then_some(if h.flags.has(RecordFlags::EXTENT) {
-                    Held::Array
-                } else {
-                    Held::Single
+                (h.key == *key).then_some(Resident::Found {
+                    addr: slot.addr,
+                    array: h.flags.has(RecordFlags::EXTENT),
                 })
             });
         match hit {
-            Some(held) => held,
-            None if !unsure => Held::Absent,
-            None => match self
-                .dir
-                .borrow()
-                .get((key.container, key.object), key.dkey, key.akey)
-            {
-                None => Held::Absent,
-                Some(e) if e.extents.is_some() => Held::Array,
-                Some(_) => Held::Single,
-            },
+            Some(found) => found,
+            None if unsure => Resident::Unsure,
+            None => Resident::Absent,
         }
     }
 
@@ -180,26 +200,38 @@ impl Store {
     /// Appends one record and returns its version once it is durable and
     /// published.
     async fn write(&self, spec: AppendSpec<'_>, array: Option<bool>) -> Result<u64> {
-        let (end, version) = self.append(spec, array).await?;
-        self.wait_durable(end).await?;
+        let (seq, version) = self.append(spec, array).await?;
+        self.wait_durable(seq).await?;
         Ok(version)
     }
 
-    /// Appends one record (not yet durable), checking first that the key
-    /// holds no value of the other kind when `array` says which this is.
-    /// Returns the end of the record and its version.
+    /// Appends one record (not yet durable), to the hot head or the cold
+    /// segment ([`Store::stream_for`]), checking first that the key holds
+    /// no value of the other kind when `array` says which this is. Returns
+    /// its append sequence number and its version.
     pub(super) async fn append(
         &self,
         mut spec: AppendSpec<'_>,
         array: Option<bool>,
     ) -> Result<(u64, u64)> {
         let len = record_len(spec.key, spec.value.len()) as u64;
-        self.reserve_space(len, None).await?;
+        let mut stream = self.stream_for(&spec);
+        // Room for the cold segment, and the key's newest record may have
+        // changed while it was reserved: then room at the hot head, which
+        // lies above every record.
+        loop {
+            self.reserve_space(len, stream.floor(), false).await?;
+            if stream == Stream::Hot || self.stream_for(&spec) == stream {
+                break;
+            }
+            stream = Stream::Hot;
+        }
+        spec.cold = stream.floor();
         if let Some(array) = array {
             spec.held = Some(self.check_write(spec.key, array)?);
         }
-        let (addr, len, version) = self.append_now(&spec)?;
-        Ok((addr + u64::from(len), version))
+        let a = self.append_now(&spec)?;
+        Ok((a.seq, a.version))
     }
 
     /// Replaces the key's single value; returns the new version.
@@ -250,11 +282,11 @@ impl Store {
         Self::validate(key, value.len())?;
         let len = record_len(key, value.len()) as u64;
         for _ in 0..CONDITIONAL_ROUNDS {
-            self.reserve_space(len, None).await?;
+            self.reserve_space(len, None, false).await?;
             match self.append_if(key, value, cond)? {
                 None => self.wait_all_durable().await?,
-                Some((end, applied @ Conditional::Applied(_))) => {
-                    self.wait_durable(end).await?;
+                Some((seq, applied @ Conditional::Applied(_))) => {
+                    self.wait_durable(seq).await?;
                     return Ok(applied);
                 }
                 Some((_, conflict)) => return Ok(conflict),
@@ -268,8 +300,8 @@ impl Store {
     /// The synchronous step of [`update_if`](Self::update_if), after its
     /// room is reserved: `None` if an update or punch of the key waits to
     /// be published (its outcome decides the condition); else the outcome
-    /// against the published state, with the end of the appended record
-    /// when applied (not yet durable).
+    /// against the published state, with the appended record's sequence
+    /// number when applied (not yet durable).
     pub(super) fn append_if(
         &self,
         key: &RecordKey<'_>,
@@ -297,8 +329,8 @@ impl Store {
         }
         let mut spec = AppendSpec::new(key, value, RecordFlags::empty(), 0);
         spec.held = Some(self.check_held(key, held, false)?);
-        let (addr, len, version) = self.append_now(&spec)?;
-        Ok(Some((addr + u64::from(len), Conditional::Applied(version))))
+        let a = self.append_now(&spec)?;
+        Ok(Some((a.seq, Conditional::Applied(a.version))))
     }
 
     pub(super) async fn punch_with(&self, key: &RecordKey<'_>, flags: RecordFlags) -> Result<u64> {
