@@ -2,6 +2,8 @@
 //! extent writes, punches at every level, fetches, listings, checkpoints,
 //! cleaning passes and restarts (clean reopen of the same device) are run
 //! against the store and against a `BTreeMap` model; every read must agree.
+//! A churn (one key rewritten for over two rings of log) makes every other
+//! key's next update a cold write (`store::cold`).
 
 use ferrite_engine::store::{Store, StoreConfig, StoreError};
 use ferrite_proto::key::RecordKey;
@@ -38,6 +40,9 @@ enum Op {
     List,
     Checkpoint,
     Clean,
+    Churn {
+        fill: u8,
+    },
     Restart,
 }
 
@@ -52,6 +57,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::List),
         1 => Just(Op::Checkpoint),
         1 => Just(Op::Clean),
+        1 => any::<u8>().prop_map(|fill| Op::Churn { fill }),
         1 => Just(Op::Restart),
     ]
 }
@@ -75,8 +81,24 @@ fn names(d: u8, a: u8) -> (Vec<u8>, Vec<u8>) {
     )
 }
 
+/// Updates per [`Op::Churn`], of [`CHURN_BYTES`] each: over two rings.
+const CHURN_UPDATES: usize = 96;
+const CHURN_BYTES: usize = 6000;
+
 async fn apply(s: &Store, m: &mut Model, op: &Op) {
     match *op {
+        Op::Churn { fill } => {
+            for i in 0..CHURN_UPDATES {
+                let a = i as u8 % 3;
+                let op = Op::Update {
+                    d: 0,
+                    a,
+                    len: CHURN_BYTES,
+                    fill: fill.wrapping_add(i as u8),
+                };
+                Box::pin(apply(s, m, &op)).await;
+            }
+        }
         Op::Update { d, a, len, fill } => {
             let (dk, ak) = names(d, a);
             let v = vec![fill; len];
