@@ -5,8 +5,9 @@
 //!
 //! Victims are chosen by cost-benefit (free bytes × age / (1 + live bytes),
 //! as in LFS): a segment of long-lived records is cleaned only once it has
-//! lost much of them, and the copies go to cold segments of their own, away
-//! from the foreground's hot writes, so they are not copied again and again.
+//! lost much of them, and the copies go to cold segments, away from the
+//! foreground's hot writes (only updates of keys long unwritten join them,
+//! `cold.rs`), so they are not copied again and again.
 //! While the log is well over the cleaning band (the cleaner is behind), the
 //! emptiest segments go first ([`victim_score`]), for the room they free now.
 //! A record is live if the key directory still points at it; it is copied

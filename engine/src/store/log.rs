@@ -6,15 +6,16 @@
 //! The log is allocated in segments (`segments.rs`): a record never crosses
 //! a segment's end, so never a ring end or the device log's end either.
 //! Foreground appends go to the hot head, but for single values of keys
-//! not written for a ring's worth of log (`cold.rs`), which go to the cold
-//! segment with the cleaner's copies; both heads write into the ring at
+//! not written for two rings' worth of log (`cold.rs`), which go to the
+//! cold segment with the cleaner's copies; both heads write into the ring at
 //! their addresses, and a group commit writes every appended range that is
 //! not yet on the device.
 //!
 //! Invariants: no append overwrites ring bytes not yet on the device
 //! (`reserve_space`); records are published in append order, a cold
-//! segment is opened at the hot head, and a copy goes to the cold segment
-//! only above its original, so address order is, key by key, the order
+//! segment is opened at the hot head, and a record goes to the cold
+//! segment only above the one it copies or replaces (and never while a
+//! write of its key is pending), so address order is, key by key, the order
 //! records were made in (what replay relies on).
 
 use super::ops::Held;
@@ -104,8 +105,8 @@ pub(crate) struct ColdSeg {
 
 #[derive(Debug, Default)]
 pub(crate) struct LogState {
-    /// The hot head: foreground appends go here. Every append so far,
-    /// cold ones included, is committed once `durable` reaches it.
+    /// The hot head: hot appends go here. Every append so far, cold ones
+    /// included, is committed once `durable` reaches it.
     pub head: u64,
     /// The head the last completed group commit captured.
     pub durable: u64,
@@ -535,8 +536,8 @@ impl Store {
         self.wait_committed(|l| l.committed_appends >= seq).await
     }
 
-    /// Returns once every record appended so far (the cleaner's cold
-    /// copies too) is durable and published.
+    /// Returns once every record appended so far (cold ones too) is
+    /// durable and published.
     pub(crate) async fn wait_all_durable(&self) -> Result<()> {
         let want = self.log.borrow().appends;
         self.wait_committed(|l| l.committed_appends >= want).await

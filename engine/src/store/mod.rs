@@ -20,7 +20,8 @@
 //! replays the log after the last one, up to each segment's torn or unwritten
 //! end. The cleaner ([`Store::spawn_cleaner`]) picks segments by
 //! cost-benefit, copies their live records to cold segments apart from the
-//! foreground's hot writes, and frees them. Device layout: `engine/FORMAT.md`.
+//! foreground's hot writes, and frees them; updates of keys long unwritten
+//! go to the cold segments too ([`StoreConfig::cold_writes`]). Device layout: `engine/FORMAT.md`.
 //!
 //! DRAM per key: the bucket region (64 bytes per 3 slots, so 21.3 / load
 //! bytes per key at a load factor `load` of all slots; chaining with the
