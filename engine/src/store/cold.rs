@@ -18,7 +18,6 @@
 //! copy. Byte arrays and punches always go to the hot head.
 
 use super::log::AppendSpec;
-use super::ops::Resident;
 use super::Store;
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::RecordFlags;
@@ -72,20 +71,11 @@ impl Store {
 
     /// The address of the key's newest record when none of its updates or
     /// punches waits to be published and it holds a single value; `None`
-    /// otherwise (absent, a byte array, or pending): from its bucket chain
-    /// if the record is resident, else from the directory.
+    /// otherwise (absent, a byte array, or pending).
     fn published_addr(&self, key: &RecordKey<'_>) -> Option<u64> {
         if self.has_pending(key.hash().0) {
             return None;
         }
-        match self.resident_record(key) {
-            Resident::Found { addr, array } => (!array).then_some(addr),
-            Resident::Absent => None,
-            Resident::Unsure => {
-                let dir = self.dir.borrow();
-                let e = dir.get((key.container, key.object), key.dkey, key.akey)?;
-                e.extents.is_none().then_some(e.addr)
-            }
-        }
+        self.published_state(key).1
     }
 }

@@ -55,7 +55,8 @@ impl<'a> WriteOp<'a> {
 
 /// What the synchronous step of one write did.
 enum Step {
-    /// Appended (its append sequence number) or refused by its condition (no record).
+    /// Appended (its append sequence number) or refused by its condition
+    /// (no record).
     Done(Option<u64>, Conditional),
     /// A conditional write whose key has a write waiting to be published:
     /// it runs, with every later one, after the group's commit.

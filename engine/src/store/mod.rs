@@ -21,7 +21,8 @@
 //! end. The cleaner ([`Store::spawn_cleaner`]) picks segments by
 //! cost-benefit, copies their live records to cold segments apart from the
 //! foreground's hot writes, and frees them; updates of keys long unwritten
-//! go to the cold segments too ([`StoreConfig::cold_writes`]). Device layout: `engine/FORMAT.md`.
+//! go to the cold segments too ([`StoreConfig::cold_writes`]). Device
+//! layout: `engine/FORMAT.md`.
 //!
 //! DRAM per key: the bucket region (64 bytes per 3 slots, so 21.3 / load
 //! bytes per key at a load factor `load` of all slots; chaining with the
@@ -143,8 +144,9 @@ pub struct StoreConfig {
     /// the busy/idle p99 at 1.10-2.14 on pmem (msync) and 1.43-1.79 on
     /// uring, against 1.90-2.11 and 1.62-1.88.
     pub cleaner_commit_bytes: u64,
-    /// Single values whose key's newest record has left the ring are
-    /// appended to the cold segment, not the hot head (`cold.rs`).
+    /// Single values whose key's newest record is more than two rings of
+    /// log old are appended to the cold segment, not the hot head
+    /// (`cold.rs`).
     pub cold_writes: bool,
 }
 

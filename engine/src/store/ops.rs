@@ -58,7 +58,7 @@ impl Held {
 }
 
 /// What [`Store::resident_record`] found.
-pub(crate) enum Resident {
+enum Resident {
     /// The key's record, at this address (`array`: an extent of a byte
     /// array, the newest).
     Found { addr: u64, array: bool },
@@ -114,22 +114,28 @@ impl Store {
     /// directory otherwise: the buckets and the directory are published
     /// together, so both give the same answer.
     pub(crate) fn held(&self, key: &RecordKey<'_>) -> Held {
+        self.published_state(key).0
+    }
+
+    /// [`held`](Self::held), with the address of the key's record when it
+    /// holds a single value.
+    pub(crate) fn published_state(&self, key: &RecordKey<'_>) -> (Held, Option<u64>) {
         let entry = || (self.dir.borrow()).get((key.container, key.object), key.dkey, key.akey);
         match self.resident_record(key) {
-            Resident::Found { array: true, .. } => Held::Array,
-            Resident::Found { .. } => Held::Single,
-            Resident::Absent => Held::Absent,
+            Resident::Found { array: true, .. } => (Held::Array, None),
+            Resident::Found { addr, .. } => (Held::Single, Some(addr)),
+            Resident::Absent => (Held::Absent, None),
             Resident::Unsure => match entry() {
-                None => Held::Absent,
-                Some(e) if e.extents.is_some() => Held::Array,
-                Some(_) => Held::Single,
+                None => (Held::Absent, None),
+                Some(e) if e.extents.is_some() => (Held::Array, None),
+                Some(e) => (Held::Single, Some(e.addr)),
             },
         }
     }
 
     /// The key's published record, looked for in its bucket chain among
     /// the records still in the ring.
-    pub(crate) fn resident_record(&self, key: &RecordKey<'_>) -> Resident {
+    fn resident_record(&self, key: &RecordKey<'_>) -> Resident {
         let hash = key.hash();
         let mut unsure = false;
         let hit = self
