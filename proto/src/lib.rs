@@ -24,6 +24,7 @@ pub mod bucket;
 pub mod crc;
 pub mod error;
 pub mod key;
+pub mod qp_info;
 pub mod record;
 pub mod region;
 pub mod rpc;

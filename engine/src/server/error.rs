@@ -37,6 +37,10 @@ pub enum ServerError {
     /// A region could not be registered with a provider.
     #[error("fabric: {0}")]
     Fabric(String),
+    /// Bytes from a peer did not decode (e.g. the verbs side channel's
+    /// queue pair info); names the layout and the field.
+    #[error("{0}")]
+    Format(#[from] ferrite_proto::FormatError),
 }
 
 pub type Result<T> = std::result::Result<T, ServerError>;
