@@ -239,7 +239,11 @@ impl Geometry {
             && g.log_offset
                 .checked_add(g.log_bytes)
                 .is_some_and(|e| e <= g.device_bytes)
-            && g.checkpoint_offset + 2 * g.checkpoint_bytes <= g.log_offset
+            && g.checkpoint_offset >= HEADER_UNIT_BYTES
+            && g.checkpoint_bytes
+                .checked_mul(2)
+                .and_then(|c| c.checked_add(g.checkpoint_offset))
+                .is_some_and(|e| e <= g.log_offset)
             && g.max_commit_bytes >= HEADER_UNIT_BYTES
             && g.max_commit_bytes <= g.ring_bytes
             && g.segment_bytes.is_power_of_two()
@@ -331,6 +335,30 @@ mod tests {
         assert_eq!(Geometry::decode_superblock("t", &b).unwrap(), Some(g));
         b[SB_LOG_BYTES] ^= 1;
         assert!(Geometry::decode_superblock("t", &b).is_err());
+    }
+
+    /// Guards the geometry check of a superblock whose CRC holds: areas
+    /// that overlap the superblock or whose end overflows u64 (found by the
+    /// `superblock` fuzz target: `2 * checkpoint_bytes` overflowed, a panic
+    /// with overflow checks and a wrapped, accepted layout without) are
+    /// refused with an error.
+    #[test]
+    fn superblock_with_impossible_checkpoint_areas_is_refused() {
+        let g = Geometry::plan("t", 64 << 20, 4096, 1 << 20, 0, 4 << 20, 4 << 20).unwrap();
+        let huge = Geometry {
+            checkpoint_bytes: 1 << 63,
+            ..g
+        };
+        let over_superblock = Geometry {
+            checkpoint_offset: 0,
+            ..g
+        };
+        for bad in [huge, over_superblock] {
+            let mut b = vec![0u8; 4096];
+            bad.encode_superblock(&mut b);
+            let err = Geometry::decode_superblock("t", &b).unwrap_err();
+            assert!(err.to_string().contains("inconsistent"), "{err}");
+        }
     }
 
     #[test]
