@@ -19,7 +19,8 @@ fn check_request(header: &rpc::FrameHeader, body: &[u8]) {
             .expect("re-encoded frame has a valid header")
             .expect("re-encoded frame is whole");
         assert_eq!(len, wire.len());
-        let again = rpc::decode_request(&h, &wire[HEADER_BYTES..]).expect("re-encoded body decodes");
+        let again =
+            rpc::decode_request(&h, &wire[HEADER_BYTES..]).expect("re-encoded body decodes");
         assert_eq!(again, req);
     }
 }
