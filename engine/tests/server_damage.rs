@@ -63,16 +63,16 @@ fn one_flipped_byte_loses_one_key_and_is_reported() {
 
     let engine = EngineProcess::start(dir.path(), &[]);
     let mut c = RawClient::connect_unix(&engine.unix, false).unwrap();
+    let fetches: Vec<Request> = (0..KEYS)
+        .map(|i| Request::Fetch {
+            key: key(1, &format!("k{i}"), "a"),
+        })
+        .collect();
     let mut present = 0;
-    for i in 0..KEYS {
-        let r = c
-            .call(&Request::Fetch {
-                key: key(1, &format!("k{i}"), "a"),
-            })
-            .unwrap();
-        match r {
-            Reply::Value(Some(f)) => {
-                assert_eq!(f.value, value(i), "key {i}: wrong bytes");
+    for (i, fetch) in fetches.iter().enumerate() {
+        match c.call(fetch).unwrap() {
+            Reply::Value(Some(found)) => {
+                assert_eq!(found.value, value(i), "key {i}: wrong bytes");
                 present += 1;
             }
             Reply::Value(None) => assert_eq!(i, DAMAGED, "key {i} lost"),
