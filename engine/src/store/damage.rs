@@ -20,8 +20,8 @@ use super::recover::LogReader;
 use super::Store;
 use crate::store::error::Result;
 use ferrite_proto::record::{
-    get_u32, get_u64, RecordView, HEADER_BYTES, OFF_ADDR, OFF_MAGIC, OFF_VALUE_LEN, RECORD_ALIGN,
-    RECORD_MAGIC,
+    get_u128, get_u16, get_u32, get_u64, RecordView, HEADER_BYTES, OFF_ADDR, OFF_AKEY_LEN,
+    OFF_CONTAINER, OFF_DKEY_LEN, OFF_MAGIC, OFF_OBJECT, OFF_VALUE_LEN, RECORD_ALIGN, RECORD_MAGIC,
 };
 use std::collections::VecDeque;
 
@@ -84,12 +84,15 @@ impl Damage {
 
 /// A range of a segment replay skipped: no record that checks starts in
 /// `[start, end)`, and one does at `end`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Gap {
     pub start: u64,
     pub end: u64,
     /// Damaged records it seems to hold (at least 1).
     pub records: u64,
+    /// The key its first damaged record's header names, if it looks sane
+    /// (not checked: the record failed its CRC).
+    pub key: Option<String>,
     /// The (unwrapped) commit epoch of the record at `end`.
     pub after: u64,
 }
@@ -111,9 +114,9 @@ pub(crate) struct Plan {
 pub(crate) struct Replay {
     pub cuts: Vec<u64>,
     pub gaps: Vec<Gap>,
-    /// The start of a gap whose end is the next record replayed, and the
-    /// damaged records it seems to hold.
-    pub open_gap: Option<(u64, u64)>,
+    /// The start of a gap whose end is the next record replayed, the
+    /// damaged records it seems to hold and the key it may have held.
+    pub open_gap: Option<(u64, u64, Option<String>)>,
     /// The highest version replayed.
     pub max_version: u64,
     /// The highest commit epoch seen, unwrapped.
@@ -135,11 +138,12 @@ impl Replay {
         self.max_version = self.max_version.max(view.version());
         let epoch = unwrap_epoch(self.epoch_max, view.epoch());
         self.epoch_max = self.epoch_max.max(epoch);
-        if let Some((start, records)) = self.open_gap.take() {
+        if let Some((start, records, key)) = self.open_gap.take() {
             self.gaps.push(Gap {
                 start,
                 end: at,
                 records,
+                key,
                 after: epoch,
             });
         }
@@ -150,8 +154,28 @@ impl Replay {
     pub fn classify(&self) -> (Vec<Gap>, Vec<Gap>) {
         self.gaps
             .iter()
+            .cloned()
             .partition(|g| self.epoch_max >= g.after + 2)
     }
+}
+
+/// The key a damaged record's header names, for the error log: `None`
+/// unless its magic is right and its key lengths fit in `bytes` (the
+/// record's bytes from its start).
+pub(crate) fn key_hint(bytes: &[u8]) -> Option<String> {
+    if bytes.len() < HEADER_BYTES || get_u32(bytes, OFF_MAGIC) != RECORD_MAGIC {
+        return None;
+    }
+    let dkey = usize::from(get_u16(bytes, OFF_DKEY_LEN));
+    let akey = usize::from(get_u16(bytes, OFF_AKEY_LEN));
+    let keys = bytes.get(HEADER_BYTES..HEADER_BYTES + dkey + akey)?;
+    Some(format!(
+        "container {} object {:#x} dkey {:?} akey {:?}",
+        get_u64(bytes, OFF_CONTAINER),
+        get_u128(bytes, OFF_OBJECT),
+        String::from_utf8_lossy(&keys[..dkey]),
+        String::from_utf8_lossy(&keys[dkey..]),
+    ))
 }
 
 /// The 64-bit epoch nearest to `near` whose low 16 bits are `low`.
@@ -225,6 +249,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_damaged_header_names_its_key_when_it_can() {
+        let key = ferrite_proto::key::RecordKey::new(7, 9, b"dk", b"ak");
+        let mut b = vec![0u8; ferrite_proto::record::record_len(&key, 3)];
+        ferrite_proto::record::encode_record(&mut b, &key, b"xyz", 1, 0, Default::default(), 0)
+            .unwrap();
+        b[HEADER_BYTES + 5] ^= 1; // the value: the CRC fails, the key is intact
+        let hint = key_hint(&b).unwrap();
+        assert_eq!(hint, r#"container 7 object 0x9 dkey "dk" akey "ak""#);
+        b[OFF_MAGIC] ^= 1;
+        assert_eq!(key_hint(&b), None);
+    }
+
+    #[test]
     fn epochs_unwrap_to_the_nearest() {
         assert_eq!(unwrap_epoch(0, 5), 5);
         assert_eq!(unwrap_epoch(70_000, (70_001 & 0xffff) as u16), 70_001);
@@ -244,12 +281,14 @@ mod tests {
             start: 0,
             end: 80,
             records: 1,
+            key: None,
             after: 8,
         });
         r.gaps.push(Gap {
             start: 800,
             end: 880,
             records: 1,
+            key: None,
             after: 9,
         });
         let (damage, torn) = r.classify();

@@ -2,7 +2,7 @@
 //! checkpoint and replaying the log after it, cutting the torn tail.
 
 use super::buckets::BucketTable;
-use super::damage::{Gap, Plan, Replay};
+use super::damage::{key_hint, Gap, Plan, Replay};
 use super::format::{Geometry, HEADER_UNIT_BYTES};
 use super::log::LogState;
 use super::segments::{Slots, FREE};
@@ -11,7 +11,7 @@ use crate::region::Region;
 use crate::store::error::Result;
 use ferrite_bdev::{BdevRef, Channel, IoBuf};
 use ferrite_proto::bucket::BUCKET_BYTES;
-use ferrite_proto::record::{HEADER_BYTES, OFF_STATE};
+use ferrite_proto::record::{get_u16, HEADER_BYTES, OFF_AKEY_LEN, OFF_DKEY_LEN, OFF_STATE};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
@@ -302,6 +302,7 @@ impl Store {
                 device_offset = self.geo.log_device_offset(g.start),
                 bytes = g.end - g.start,
                 records = g.records,
+                key = g.key.as_deref().unwrap_or("unknown (header damaged)"),
                 "damaged log records skipped: the records before and after them are kept"
             );
             d.note(g.start, g.end - g.start, g.records);
@@ -399,7 +400,7 @@ impl Store {
                     else {
                         break;
                     };
-                    replay.open_gap = Some((at, 1 + more));
+                    replay.open_gap = Some((at, 1 + more, self.damaged_key(reader, at).await?));
                     at = next;
                     continue;
                 }
@@ -426,6 +427,19 @@ impl Store {
             Probe::Replayed(at)
         } else {
             Probe::Holds(None)
+        })
+    }
+
+    /// The key the damaged record at `at` seems to be of ([`key_hint`]).
+    async fn damaged_key(&self, reader: &mut LogReader, at: u64) -> Result<Option<String>> {
+        let Some(head) = reader.get(self, at, HEADER_BYTES).await? else {
+            return Ok(None);
+        };
+        let keys =
+            usize::from(get_u16(head, OFF_DKEY_LEN)) + usize::from(get_u16(head, OFF_AKEY_LEN));
+        Ok(match reader.get(self, at, HEADER_BYTES + keys).await? {
+            Some(bytes) => key_hint(bytes),
+            None => None,
         })
     }
 
