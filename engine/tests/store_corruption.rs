@@ -13,7 +13,8 @@
 //! and crashes aimed at a checkpoint's write, a cleaning pass and recovery
 //! itself lose no acknowledged write. A device that keeps a later sector of
 //! a commit while losing an earlier one does not get the later records
-//! replayed. Seeds are printed; `FERRITE_SEED=<n>` replays one.
+//! replayed, and the cleaner copies the live records past a damaged one.
+//! Seeds are printed; `FERRITE_SEED=<n>` replays one.
 
 use ferrite_bdev::wrap::{CrashBdev, CrashMode, ErrorBdev, ErrorRule};
 use ferrite_bdev::{Bdev, BdevRef, IoType};
@@ -294,6 +295,14 @@ async fn fill_twice(s: &Store) {
     }
 }
 
+/// A store on a fresh malloc device, filled by [`fill_twice`].
+async fn filled_store() -> (BdevRef, Store) {
+    let inner: BdevRef = ferrite_bdev::open("malloc:16M").unwrap();
+    let s = Store::open(inner.clone(), cfg()).await.unwrap();
+    fill_twice(&s).await;
+    (inner, s)
+}
+
 fn last_round(k: u32) -> u32 {
     u32::from(k < TWICE)
 }
@@ -450,9 +459,7 @@ fn torn_newest_checkpoint_falls_back_to_the_older() {
 #[test]
 fn damaged_newest_checkpoint_falls_back_to_the_older() {
     run(|| async {
-        let inner: BdevRef = ferrite_bdev::open("malloc:16M").unwrap();
-        let s = Store::open(inner.clone(), cfg()).await.unwrap();
-        fill_twice(&s).await;
+        let (inner, s) = filled_store().await;
         s.checkpoint().await.unwrap();
         let newest = s.checkpoint().await.unwrap();
         let area = s.geometry().checkpoint_area(newest.generation);
@@ -562,3 +569,43 @@ fn a_later_sector_kept_past_a_lost_one_is_not_replayed() {
 }
 
 static CUT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The cleaner reads a segment recovered with damage record by record: it
+/// skips the damaged record as replay did and copies the live records
+/// after it, so freeing the segment loses none of them.
+#[test]
+fn the_cleaner_copies_the_records_past_a_damaged_one() {
+    run(|| async {
+        let (inner, s) = filled_store().await;
+        drop(s);
+        // Key 3's first record: its second one is intact, so none is lost.
+        let rec = record_offset(&read_all(&*inner).await, 3, 0);
+        flip(&*inner, rec + 100, 0x10).await;
+        let s = Store::open(inner.clone(), cfg()).await.unwrap();
+        assert_eq!(s.stats().corrupt_records, 1);
+        // Most of the old segment dies; keys from 250 on stay live there,
+        // past the damaged record.
+        for k in 0..250 {
+            let kb = akey(k);
+            let key = RecordKey::new(1, 1, b"d", &kb);
+            s.update(&key, &small_value(k, 2)).await.unwrap();
+        }
+        let report = s.clean().await.unwrap();
+        println!("{report:?}");
+        assert!(report.victims > 0, "the old segment was not cleaned");
+        assert!(
+            report.records_copied >= 50,
+            "records past the damage left behind"
+        );
+        s.checkpoint().await.unwrap();
+        drop(s);
+        let s = Store::open(inner, cfg()).await.unwrap();
+        for k in 0..KEYS {
+            let kb = akey(k);
+            let got = s.fetch(&RecordKey::new(1, 1, b"d", &kb)).await.unwrap();
+            let want = small_value(k, if k < 250 { 2 } else { 0 });
+            assert_eq!(got.map(|(_, v)| v), Some(want), "key {k}");
+        }
+        assert_eq!(s.stats().corrupt_records, 1);
+    });
+}
