@@ -5,7 +5,7 @@
 mod common;
 
 use common::run;
-use ferrite_bdev::wrap::{CrashBdev, Fate, TEAR_SECTOR};
+use ferrite_bdev::wrap::{CrashBdev, CrashMode, Fate, TEAR_SECTOR};
 use ferrite_bdev::{open, Bdev, BdevRef, Channel, IoBuf};
 use std::sync::Arc;
 
@@ -56,6 +56,7 @@ async fn one_round(inner: BdevRef, seed: u64) -> Vec<Fate> {
                 assert!(kept_bytes < WRITE_LEN);
                 kept_bytes
             }
+            Fate::Holed { .. } => panic!("seed {seed}: a hole in the random mode"),
         };
         let range = &image[off as usize..(off + WRITE_LEN) as usize];
         assert!(
@@ -85,6 +86,7 @@ fn unflushed_writes_vanish_or_tear_as_reported() {
                     Fate::Kept => 0,
                     Fate::Dropped => 1,
                     Fate::Torn { .. } => 2,
+                    Fate::Holed { .. } => 3,
                 });
             }
         }
@@ -180,5 +182,75 @@ fn pass_through_until_crash() {
         let ch = dev.channel().unwrap();
         let b = ch.read(0, ch.alloc(BS as usize).unwrap()).await.unwrap();
         assert!(b.as_slice().iter().all(|&v| v == 4));
+    });
+}
+
+/// The out-of-order mode: each multi-sector write loses one sector that is
+/// not its last and keeps every later one (what the record store's
+/// recovery must not take for a complete commit).
+#[test]
+fn lose_earlier_sector_keeps_the_later_ones() {
+    run(|| async {
+        for seed in 0..8u64 {
+            let dev = CrashBdev::new(open("malloc:1M").unwrap());
+            dev.set_mode(CrashMode::LoseEarlierSector);
+            let ch = dev.channel().unwrap();
+            ch.write(0, filled(&*ch, 4 * BS as usize, 0xAA))
+                .await
+                .unwrap();
+            ch.flush().await.unwrap();
+            ch.write(0, filled(&*ch, WRITE_LEN as usize, 0x5B))
+                .await
+                .unwrap();
+            let report = dev.crash(seed).await.unwrap();
+            let Fate::Holed {
+                lost_from,
+                lost_bytes,
+            } = report.writes[0].fate
+            else {
+                panic!("seed {seed}: {:?}", report.writes[0]);
+            };
+            assert_eq!(lost_bytes, TEAR_SECTOR);
+            assert!(lost_from + lost_bytes < WRITE_LEN, "seed {seed}");
+            let fresh = dev.channel().unwrap();
+            let image = fresh
+                .read(0, fresh.alloc(WRITE_LEN as usize).unwrap())
+                .await
+                .unwrap();
+            for (i, &b) in image.as_slice().iter().enumerate() {
+                let lost = (lost_from..lost_from + lost_bytes).contains(&(i as u64));
+                assert_eq!(b, if lost { 0xAA } else { 0x5B }, "seed {seed}: byte {i}");
+            }
+        }
+    });
+}
+
+/// A device told to die after n writes completes exactly n, then refuses
+/// writes and flushes; a crash revives it.
+#[test]
+fn die_after_writes_stops_at_the_nth() {
+    run(|| async {
+        let dev = CrashBdev::new(open("malloc:1M").unwrap());
+        let ch = dev.channel().unwrap();
+        dev.die_after_writes(2);
+        for i in 0..2 {
+            ch.write(i * BS, filled(&*ch, BS as usize, 1))
+                .await
+                .unwrap();
+        }
+        assert!(dev.died());
+        assert!(ch
+            .write(2 * BS, filled(&*ch, BS as usize, 1))
+            .await
+            .is_err());
+        assert!(ch.flush().await.is_err());
+        dev.crash(1).await.unwrap();
+        assert!(!dev.died());
+        let fresh = dev.channel().unwrap();
+        fresh
+            .write(0, filled(&*fresh, BS as usize, 2))
+            .await
+            .unwrap();
+        fresh.flush().await.unwrap();
     });
 }

@@ -21,8 +21,10 @@ pub const OFF_FORMAT: usize = OFF_MAGIC + 4;
 pub const OFF_FLAGS: usize = OFF_FORMAT + 1;
 pub const OFF_DKEY_LEN: usize = OFF_FLAGS + 1;
 pub const OFF_AKEY_LEN: usize = OFF_DKEY_LEN + 2;
-pub const OFF_RESERVED: usize = OFF_AKEY_LEN + 2;
-pub const OFF_VALUE_LEN: usize = OFF_RESERVED + 2;
+/// The flush epoch (a reserved 0 before it; readers other than the
+/// engine's recovery ignore it).
+pub const OFF_EPOCH: usize = OFF_AKEY_LEN + 2;
+pub const OFF_VALUE_LEN: usize = OFF_EPOCH + 2;
 pub const OFF_ADDR: usize = OFF_VALUE_LEN + 4;
 pub const OFF_VERSION: usize = OFF_ADDR + 8;
 pub const OFF_CONTAINER: usize = OFF_VERSION + 8;
@@ -32,6 +34,7 @@ pub const OFF_CRC: usize = OFF_EXTENT_OFFSET + 8;
 pub const OFF_STATE: usize = OFF_CRC + 4;
 pub const HEADER_BYTES: usize = OFF_STATE + 4;
 
+const _: () = assert!(OFF_EPOCH == 10);
 const _: () = assert!(OFF_CRC == 64);
 const _: () = assert!(HEADER_BYTES == 72);
 const _: () = assert!(HEADER_BYTES % RECORD_ALIGN == 0);
@@ -140,7 +143,8 @@ pub fn record_crc_parts(head: &[u8], value: &[&[u8]]) -> u32 {
 }
 
 /// Writes a record into `out` (exactly [`record_len`] bytes) and returns its
-/// length. `addr` is the log address the record will live at.
+/// length. `addr` is the log address the record will live at. Its
+/// epoch is 0 ([`encode_record_stamped`]).
 pub fn encode_record(
     out: &mut [u8],
     key: &RecordKey<'_>,
@@ -149,6 +153,23 @@ pub fn encode_record(
     addr: u64,
     flags: RecordFlags,
     extent_offset: u64,
+) -> Result<usize, FormatError> {
+    encode_record_stamped(out, key, value, version, addr, flags, extent_offset, 0)
+}
+
+/// [`encode_record`] with an epoch: the low 16 bits of the engine's flush
+/// epoch when it appended the record (its recovery uses it to tell damage
+/// from a torn last commit, `engine/FORMAT.md`).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_record_stamped(
+    out: &mut [u8],
+    key: &RecordKey<'_>,
+    value: &[u8],
+    version: u64,
+    addr: u64,
+    flags: RecordFlags,
+    extent_offset: u64,
+    epoch: u16,
 ) -> Result<usize, FormatError> {
     key.validate()?;
     if value.len() > VALUE_MAX_BYTES {
@@ -172,7 +193,7 @@ pub fn encode_record(
     out[OFF_FLAGS] = flags.0;
     out[OFF_DKEY_LEN..OFF_DKEY_LEN + 2].copy_from_slice(&(key.dkey.len() as u16).to_le_bytes());
     out[OFF_AKEY_LEN..OFF_AKEY_LEN + 2].copy_from_slice(&(key.akey.len() as u16).to_le_bytes());
-    out[OFF_RESERVED..OFF_RESERVED + 2].fill(0);
+    out[OFF_EPOCH..OFF_EPOCH + 2].copy_from_slice(&epoch.to_le_bytes());
     out[OFF_VALUE_LEN..OFF_VALUE_LEN + 4].copy_from_slice(&(value.len() as u32).to_le_bytes());
     out[OFF_ADDR..OFF_ADDR + 8].copy_from_slice(&addr.to_le_bytes());
     out[OFF_VERSION..OFF_VERSION + 8].copy_from_slice(&version.to_le_bytes());
@@ -285,6 +306,11 @@ impl<'a> RecordView<'a> {
             return Err(FormatError::Mismatch("dkey or akey"));
         }
         Ok(())
+    }
+
+    /// The epoch the writer stamped ([`encode_record_stamped`]).
+    pub fn epoch(&self) -> u16 {
+        get_u16(self.bytes, OFF_EPOCH)
     }
 
     /// Total length including padding.

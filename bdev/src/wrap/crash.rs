@@ -41,6 +41,22 @@ pub enum Fate {
     /// Its first `kept_bytes` (a multiple of [`TEAR_SECTOR`], less than its
     /// length, possibly zero) reached the media, the rest did not.
     Torn { kept_bytes: u64 },
+    /// The sectors `lost_from..lost_from + lost_bytes` (from the write's
+    /// start) did not reach the media, every other one did, later ones
+    /// included ([`CrashMode::LoseEarlierSector`]).
+    Holed { lost_from: u64, lost_bytes: u64 },
+}
+
+/// How [`CrashBdev::crash`] picks the fate of each unflushed write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CrashMode {
+    /// Kept, dropped or torn, a third each.
+    #[default]
+    Random,
+    /// A device that writes sectors out of order: each write of two or more
+    /// sectors loses one sector (not its last) and keeps every later one;
+    /// a single-sector write is kept.
+    LoseEarlierSector,
 }
 
 /// One unflushed write and its fate.
@@ -72,6 +88,10 @@ struct CrashState {
     unflushed: Vec<Unflushed>,
     /// Durable content of each block ever written, by block index.
     durable: BTreeMap<u64, Box<[u8]>>,
+    mode: CrashMode,
+    /// Writes that may still complete before the device dies
+    /// ([`CrashBdev::die_after_writes`]); `None`: no limit.
+    writes_left: Option<u64>,
 }
 
 impl CrashState {
@@ -114,8 +134,28 @@ impl CrashBdev {
                 next_seq: 0,
                 unflushed: Vec::new(),
                 durable: BTreeMap::new(),
+                mode: CrashMode::Random,
+                writes_left: None,
             })),
         }
+    }
+
+    /// Sets how the next crashes pick the fates of unflushed writes.
+    pub fn set_mode(&self, mode: CrashMode) {
+        lock(&self.state).mode = mode;
+    }
+
+    /// Lets `n` more writes complete, then fails every later write and
+    /// flush (the process died right after the `n`-th write): a crash
+    /// targeted at a point of a run (a checkpoint's write, a cleaner pass,
+    /// a recovery). [`CrashBdev::crash`] lifts the limit.
+    pub fn die_after_writes(&self, n: u64) {
+        lock(&self.state).writes_left = Some(n);
+    }
+
+    /// Has a [`CrashBdev::die_after_writes`] limit been reached?
+    pub fn died(&self) -> bool {
+        lock(&self.state).writes_left == Some(0)
     }
 
     /// Completed writes not yet made durable by a flush.
@@ -141,24 +181,29 @@ impl CrashBdev {
         let (report, blocks) = {
             let mut st = lock(&self.state);
             st.epoch += 1;
+            st.writes_left = None;
             let mut rng = StdRng::seed_from_u64(seed);
             let mut writes = Vec::new();
             let mut touched = BTreeSet::new();
+            let mode = st.mode;
             for w in std::mem::take(&mut st.unflushed) {
                 let len = w.data.len() as u64;
-                let fate = match rng.gen_range(0..3) {
-                    0 => Fate::Kept,
-                    1 => Fate::Dropped,
-                    _ => Fate::Torn {
-                        kept_bytes: rng.gen_range(0..len.div_ceil(TEAR_SECTOR)) * TEAR_SECTOR,
-                    },
-                };
-                let kept = match fate {
-                    Fate::Kept => len,
-                    Fate::Dropped => 0,
-                    Fate::Torn { kept_bytes } => kept_bytes,
-                };
-                st.apply(bs, w.offset, &w.data[..kept as usize]);
+                let fate = pick_fate(&mut rng, mode, len);
+                match fate {
+                    Fate::Kept => st.apply(bs, w.offset, &w.data),
+                    Fate::Dropped => {}
+                    Fate::Torn { kept_bytes } => {
+                        st.apply(bs, w.offset, &w.data[..kept_bytes as usize])
+                    }
+                    Fate::Holed {
+                        lost_from,
+                        lost_bytes,
+                    } => {
+                        st.apply(bs, w.offset, &w.data[..lost_from as usize]);
+                        let after = (lost_from + lost_bytes) as usize;
+                        st.apply(bs, w.offset + after as u64, &w.data[after..]);
+                    }
+                }
                 touched.extend(w.offset / bs..(w.offset + len).div_ceil(bs));
                 writes.push(WriteFate {
                     offset: w.offset,
@@ -238,6 +283,21 @@ impl CrashChannel {
         Ok(())
     }
 
+    /// Counts a write against [`CrashBdev::die_after_writes`]'s limit.
+    fn check_limit(&self, st: &mut CrashState) -> Result<()> {
+        match &mut st.writes_left {
+            Some(0) => Err(BdevError::Other {
+                device: self.name.clone(),
+                reason: "the device died (CrashBdev::die_after_writes)".into(),
+            }),
+            Some(n) => {
+                *n -= 1;
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     fn alive(&self) -> Result<()> {
         self.check_alive(&lock(&self.state))
     }
@@ -281,6 +341,7 @@ impl CrashChannel {
         {
             let mut st = lock(&self.state);
             self.check_alive(&st)?;
+            self.check_limit(&mut st)?;
             st.writes_in_flight += 1;
         }
         let _in_flight = InFlight(&self.state);
@@ -304,8 +365,11 @@ impl CrashChannel {
 
     async fn flush_impl(&self) -> Result<()> {
         let upto = {
-            let st = lock(&self.state);
+            let mut st = lock(&self.state);
             self.check_alive(&st)?;
+            if st.writes_left == Some(0) {
+                return self.check_limit(&mut st);
+            }
             st.next_seq
         };
         self.inner.flush().await?;
@@ -320,6 +384,25 @@ impl CrashChannel {
             st.apply(bs, w.offset, &w.data);
         }
         Ok(())
+    }
+}
+
+/// The fate of one unflushed write of `len` bytes.
+fn pick_fate(rng: &mut StdRng, mode: CrashMode, len: u64) -> Fate {
+    let sectors = len.div_ceil(TEAR_SECTOR);
+    match mode {
+        CrashMode::LoseEarlierSector if sectors < 2 => Fate::Kept,
+        CrashMode::LoseEarlierSector => Fate::Holed {
+            lost_from: rng.gen_range(0..sectors - 1) * TEAR_SECTOR,
+            lost_bytes: TEAR_SECTOR,
+        },
+        CrashMode::Random => match rng.gen_range(0..3) {
+            0 => Fate::Kept,
+            1 => Fate::Dropped,
+            _ => Fate::Torn {
+                kept_bytes: rng.gen_range(0..sectors) * TEAR_SECTOR,
+            },
+        },
     }
 }
 

@@ -40,7 +40,7 @@ mod crash;
 mod delay;
 mod error;
 
-pub use crash::{CrashBdev, CrashReport, Fate, WriteFate, TEAR_SECTOR};
+pub use crash::{CrashBdev, CrashMode, CrashReport, Fate, WriteFate, TEAR_SECTOR};
 pub use delay::{DelayBdev, Delays};
 pub use error::{ErrorBdev, ErrorRule, Fault};
 

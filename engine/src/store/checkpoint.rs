@@ -136,7 +136,10 @@ impl Store {
                 entry_count: dir.len() as u64,
                 body_bytes: body.len() as u64,
                 body_crc: crc32fast::hash(body),
+                ..CheckpointHeader::default()
             };
+            let mut header = header;
+            self.damage.borrow().fill(&mut header, self.commit_epoch());
             let bs = self.geo.block_size as usize;
             let len = unit + body.len().div_ceil(bs) * bs;
             let mut buf = self.io_buffer(kept.take(), len)?;
@@ -249,6 +252,7 @@ impl Store {
             at += n;
         }
         self.checkpoint_generation.set(h.generation);
+        *self.damage.borrow_mut() = super::damage::Damage::from_checkpoint(&h);
         Ok(Some(h))
     }
 }

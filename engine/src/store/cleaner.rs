@@ -5,9 +5,8 @@
 //!
 //! Victims are chosen by cost-benefit (free bytes × age / (1 + live bytes),
 //! as in LFS): a segment of long-lived records is cleaned only once it has
-//! lost much of them, and the copies go to cold segments, away from the
-//! foreground's hot writes (only updates of keys long unwritten join them,
-//! `cold.rs`), so they are not copied again and again.
+//! lost much of them, and the copies go to cold segments, away from hot
+//! writes (only updates of keys long unwritten join them, `cold.rs`).
 //! While the log is well over the cleaning band (the cleaner is behind), the
 //! emptiest segments go first ([`victim_score`]), for the room they free now.
 //! A record is live if the key directory still points at it; it is copied
@@ -15,17 +14,15 @@
 //! in append order. A cold segment is opened at the hot head, so every record
 //! appended after a copy lies after it in address order, and a copy goes to
 //! the open one only if its head is above the original, so it lies after
-//! every older record of its key too. A copy
-//! is only appended while no update or punch of its key is waiting to be
-//! published, and in the same synchronous step as the liveness check, so in
-//! log order the copy is still the key's newest record and replay reaches the
-//! same state. Byte arrays are copied piece by piece (only their live bytes),
+//! every older record of its key too. A copy is only appended while no update
+//! or punch of its key is waiting to be published, and in the same
+//! synchronous step as the liveness check, so in log order the copy is still
+//! the key's newest record and replay reaches the same state. Byte arrays are copied piece by piece (only their live bytes),
 //! so an older array record never overwrites newer extents on replay.
 //! Tombstones are never copied: the checkpoint written at the end of each pass
 //! covers them, and a segment holding one is only freed once that checkpoint
 //! is durable. The cleaner also checkpoints every lap of the log the head moves
-//! ([`Store::checkpoint_due`]), so replay stays bounded when overwrites free
-//! their segments with no pass at all.
+//! ([`Store::checkpoint_due`]), so replay stays bounded without passes.
 
 use super::band::victim_score;
 use super::checkpoint::CheckpointInfo;
@@ -520,10 +517,14 @@ impl Store {
         let (mut at, end) = (n * seg, (n + 1) * seg);
         while at + (HEADER_BYTES as u64) <= end {
             let bytes = self.read_for_clean(&mut pass.reader, at, end - at).await?;
-            // The segment's records end at the first that does not
-            // check: the rest was never written.
+            // The segment's records end where none checks past (damage
+            // recovery skipped is skipped again, `damage.rs`).
             let Some(view) = RecordView::parse(bytes).ok().filter(|v| v.addr() == at) else {
-                break;
+                let (Some(next), _) = self.next_record(&mut pass.reader, at + 8, end).await? else {
+                    break;
+                };
+                at = next;
+                continue;
             };
             let f = view.flags();
             let dead = f.has(RecordFlags::PAD) || f.has(RecordFlags::TOMBSTONE);

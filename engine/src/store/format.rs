@@ -47,6 +47,27 @@ pub const CK_HEADER_CRC: usize = CK_BODY_CRC + 4;
 pub const CK_HEADER_BYTES: usize = CK_HEADER_CRC + 4;
 const _: () = assert!(CK_HEADER_BYTES == 64);
 
+/// Format of the checkpoint areas written now: 3 adds the damage record
+/// after the header (format 2 areas are still read, as holding none).
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 3;
+/// The checkpoint format before the damage record.
+pub const CHECKPOINT_FORMAT_V2: u32 = 2;
+/// Damaged log ranges a checkpoint keeps (the most recent).
+pub const DAMAGE_RANGES_MAX: usize = 8;
+// Damage record offsets (format 3), right after the header.
+pub const CD_COMMIT_EPOCH: usize = CK_HEADER_BYTES;
+pub const CD_CORRUPT_RECORDS: usize = CD_COMMIT_EPOCH + 8;
+pub const CD_RANGE_COUNT: usize = CD_CORRUPT_RECORDS + 8;
+pub const CD_RESERVED: usize = CD_RANGE_COUNT + 4;
+pub const CD_RANGES: usize = CD_RESERVED + 4;
+pub const CD_RANGE_BYTES: usize = 16;
+pub const CD_CRC: usize = CD_RANGES + DAMAGE_RANGES_MAX * CD_RANGE_BYTES;
+pub const CD_END: usize = CD_CRC + 8;
+const _: () = assert!(CD_RANGES == 88);
+const _: () = assert!(CD_CRC == 216);
+const _: () = assert!(CD_END == 224);
+const _: () = assert!(CD_END as u64 <= HEADER_UNIT_BYTES);
+
 // Checkpoint entry offsets.
 pub const CE_KIND: usize = 0;
 pub const CE_RESERVED0: usize = CE_KIND + 1;
@@ -281,13 +302,21 @@ pub struct CheckpointHeader {
     pub entry_count: u64,
     pub body_bytes: u64,
     pub body_crc: u32,
+    /// The store's commit epoch when the checkpoint was taken (format 3).
+    pub commit_epoch: u64,
+    /// Damaged records every recovery so far found (format 3).
+    pub corrupt_records: u64,
+    /// The most recent damaged log ranges (start, bytes), oldest first.
+    pub damaged: [(u64, u64); DAMAGE_RANGES_MAX],
+    /// How many of `damaged` are used.
+    pub damaged_count: u32,
 }
 
 impl CheckpointHeader {
     pub fn encode(&self, out: &mut [u8]) {
         out[..CK_HEADER_BYTES].fill(0);
         put(out, CK_MAGIC, &CHECKPOINT_MAGIC.to_le_bytes());
-        put(out, CK_FORMAT, &STORE_FORMAT_VERSION.to_le_bytes());
+        put(out, CK_FORMAT, &CHECKPOINT_FORMAT_VERSION.to_le_bytes());
         put(out, CK_GENERATION, &self.generation.to_le_bytes());
         put(out, CK_REPLAY_START, &self.replay_start.to_le_bytes());
         put(out, CK_LOG_TAIL, &self.log_tail.to_le_bytes());
@@ -297,17 +326,30 @@ impl CheckpointHeader {
         put(out, CK_BODY_CRC, &self.body_crc.to_le_bytes());
         let crc = crc32fast::hash(&out[..CK_HEADER_CRC]);
         put(out, CK_HEADER_CRC, &crc.to_le_bytes());
+        out[CK_HEADER_BYTES..CD_END].fill(0);
+        put(out, CD_COMMIT_EPOCH, &self.commit_epoch.to_le_bytes());
+        put(out, CD_CORRUPT_RECORDS, &self.corrupt_records.to_le_bytes());
+        let count = self.damaged_count.min(DAMAGE_RANGES_MAX as u32);
+        put(out, CD_RANGE_COUNT, &count.to_le_bytes());
+        for (i, (start, len)) in self.damaged.iter().enumerate().take(count as usize) {
+            let o = CD_RANGES + i * CD_RANGE_BYTES;
+            put(out, o, &start.to_le_bytes());
+            put(out, o + 8, &len.to_le_bytes());
+        }
+        let crc = crc32fast::hash(&out[CK_HEADER_BYTES..CD_CRC]);
+        put(out, CD_CRC, &crc.to_le_bytes());
     }
 
     /// `None` if the area holds no valid header.
     pub fn decode(b: &[u8]) -> Option<Self> {
+        let format = get_u32(b, CK_FORMAT);
         if get_u32(b, CK_MAGIC) != CHECKPOINT_MAGIC
-            || get_u32(b, CK_FORMAT) != STORE_FORMAT_VERSION
+            || !(format == CHECKPOINT_FORMAT_V2 || format == CHECKPOINT_FORMAT_VERSION)
             || get_u32(b, CK_HEADER_CRC) != crc32fast::hash(&b[..CK_HEADER_CRC])
         {
             return None;
         }
-        Some(Self {
+        let mut h = Self {
             generation: get_u64(b, CK_GENERATION),
             replay_start: get_u64(b, CK_REPLAY_START),
             log_tail: get_u64(b, CK_LOG_TAIL),
@@ -315,7 +357,21 @@ impl CheckpointHeader {
             entry_count: get_u64(b, CK_ENTRY_COUNT),
             body_bytes: get_u64(b, CK_BODY_BYTES),
             body_crc: get_u32(b, CK_BODY_CRC),
-        })
+            ..Self::default()
+        };
+        if format == CHECKPOINT_FORMAT_VERSION {
+            if get_u32(b, CD_CRC) != crc32fast::hash(&b[CK_HEADER_BYTES..CD_CRC]) {
+                return None;
+            }
+            h.commit_epoch = get_u64(b, CD_COMMIT_EPOCH);
+            h.corrupt_records = get_u64(b, CD_CORRUPT_RECORDS);
+            h.damaged_count = get_u32(b, CD_RANGE_COUNT).min(DAMAGE_RANGES_MAX as u32);
+            for i in 0..h.damaged_count as usize {
+                let o = CD_RANGES + i * CD_RANGE_BYTES;
+                h.damaged[i] = (get_u64(b, o), get_u64(b, o + 8));
+            }
+        }
+        Some(h)
     }
 }
 
@@ -371,12 +427,40 @@ mod tests {
             entry_count: 2,
             body_bytes: 200,
             body_crc: 7,
+            commit_epoch: 70_000,
+            corrupt_records: 2,
+            damaged: [
+                (8192, 80),
+                (1 << 40, 4096),
+                (0, 0),
+                (0, 0),
+                (0, 0),
+                (0, 0),
+                (0, 0),
+                (0, 0),
+            ],
+            damaged_count: 2,
         };
-        let mut b = vec![0u8; 64];
+        let mut b = vec![0u8; CD_END];
         h.encode(&mut b);
         assert_eq!(CheckpointHeader::decode(&b), Some(h));
+        let good = b.clone();
         b[CK_GENERATION] ^= 0x10;
         assert_eq!(CheckpointHeader::decode(&b), None);
+        // The damage record has its own CRC: a flipped count is refused.
+        let mut b = good.clone();
+        b[CD_CORRUPT_RECORDS] ^= 1;
+        assert_eq!(CheckpointHeader::decode(&b), None);
+        // A format 2 header (before the damage record) reads as no damage.
+        let mut b = good;
+        put(&mut b, CK_FORMAT, &CHECKPOINT_FORMAT_V2.to_le_bytes());
+        let crc = crc32fast::hash(&b[..CK_HEADER_CRC]);
+        put(&mut b, CK_HEADER_CRC, &crc.to_le_bytes());
+        let old = CheckpointHeader::decode(&b).unwrap();
+        assert_eq!(
+            (old.generation, old.corrupt_records, old.commit_epoch),
+            (3, 0, 0)
+        );
     }
 
     #[test]

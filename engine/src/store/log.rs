@@ -25,7 +25,7 @@ use crate::store::error::Result;
 use ferrite_bdev::IoBuf;
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
-    encode_record, record_len, RecordFlags, OFF_STATE, RECORD_ALIGN, STATE_SUPERSEDED,
+    encode_record_stamped, record_len, RecordFlags, OFF_STATE, RECORD_ALIGN, STATE_SUPERSEDED,
 };
 use futures::channel::oneshot;
 use glommio::{Latency, Shares};
@@ -468,16 +468,10 @@ impl Store {
         // durable, so nothing reads them but one-sided readers, who check
         // the CRC.
         let out = unsafe { std::slice::from_raw_parts_mut(self.ring.as_ptr().add(off), len) };
-        encode_record(
-            out,
-            spec.key,
-            spec.value,
-            version,
-            addr,
-            spec.flags,
-            spec.extent_offset,
-        )
-        .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let (key, value, flags, extent) = (spec.key, spec.value, spec.flags, spec.extent_offset);
+        let epoch = self.commit_epoch() as u16;
+        encode_record_stamped(out, key, value, version, addr, flags, extent, epoch)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         debug_assert_eq!(len % RECORD_ALIGN, 0);
         let end = addr + len as u64;
         match (spec.cold, log.cold.as_mut()) {

@@ -62,6 +62,7 @@ mod checkpoint;
 mod chunk;
 mod cleaner;
 mod cold;
+mod damage;
 mod dir;
 mod error;
 mod extents;
@@ -351,6 +352,11 @@ pub struct StoreStats {
     /// versions, record pointers, extent pieces).
     pub directory_bytes: usize,
     pub poisoned: bool,
+    /// Damaged log ranges (each at least one record) recovery found and
+    /// skipped, over every recovery of this store (checkpoints carry it).
+    pub corrupt_records: u64,
+    /// Log addresses of the most recent of those ranges, oldest first.
+    pub corrupt_offsets: Vec<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -440,6 +446,8 @@ pub struct Store {
     flush_lock: glommio::sync::Semaphore,
     /// Which device slots are allocated ahead of the log ([`prepare`]).
     prep: RefCell<prepare::Preparation>,
+    /// Damaged log ranges found by recoveries, and the commit epoch.
+    damage: RefCell<damage::Damage>,
 }
 
 impl std::fmt::Debug for Store {
@@ -554,6 +562,8 @@ impl Store {
             bucket_free_list_bytes: t.free_list_bytes(),
             directory_bytes: dir.estimated_bytes(),
             poisoned: self.poison.borrow().is_some(),
+            corrupt_records: self.damage.borrow().corrupt_records,
+            corrupt_offsets: self.damage.borrow().ranges.iter().map(|r| r.0).collect(),
         }
     }
 

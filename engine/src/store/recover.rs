@@ -2,6 +2,7 @@
 //! checkpoint and replaying the log after it, cutting the torn tail.
 
 use super::buckets::BucketTable;
+use super::damage::{key_hint, Gap, Plan, Replay};
 use super::format::{Geometry, HEADER_UNIT_BYTES};
 use super::log::LogState;
 use super::segments::{Slots, FREE};
@@ -10,7 +11,7 @@ use crate::region::Region;
 use crate::store::error::Result;
 use ferrite_bdev::{BdevRef, Channel, IoBuf};
 use ferrite_proto::bucket::BUCKET_BYTES;
-use ferrite_proto::record::{RecordView, HEADER_BYTES, OFF_VALUE_LEN};
+use ferrite_proto::record::{get_u16, HEADER_BYTES, OFF_AKEY_LEN, OFF_DKEY_LEN, OFF_STATE};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
@@ -73,6 +74,43 @@ impl Store {
                 reason: format!("device changed since format: {geo:?}"),
             });
         }
+        if fresh {
+            let store = Self::build(bdev, chan, device, geo, config)?;
+            store.format().await?;
+            return Ok(store);
+        }
+        // A replay that met a torn last commit with records past a lost
+        // part of it runs again, ending those segments there.
+        let (mut chan, mut plan) = (Some(chan), Plan::default());
+        for _ in 0..3 {
+            let chan = match chan.take() {
+                Some(c) => c,
+                None => bdev.channel().map_err(|source| StoreError::Device {
+                    device: device.clone(),
+                    op: "channel",
+                    source,
+                })?,
+            };
+            let store = Self::build(bdev.clone(), chan, device.clone(), geo, config.clone())?;
+            match store.recover(&plan).await? {
+                None => return Ok(store),
+                Some(next) => plan = next,
+            }
+        }
+        Err(StoreError::Layout {
+            device,
+            reason: "replay found new torn commits on every run".into(),
+        })
+    }
+
+    /// The store's memory, before it is formatted or recovered.
+    fn build(
+        bdev: BdevRef,
+        chan: Box<dyn Channel>,
+        device: String,
+        geo: Geometry,
+        config: StoreConfig,
+    ) -> Result<Self> {
         let total = config.bucket_count as usize + config.overflow_buckets as usize;
         let buckets = Arc::new(region(
             config.region_id,
@@ -87,7 +125,7 @@ impl Store {
             &config,
         )?);
         let table = BucketTable::new(buckets, config.bucket_count, config.overflow_buckets);
-        let store = Self {
+        Ok(Self {
             device,
             bdev,
             chan,
@@ -124,13 +162,8 @@ impl Store {
             flushed_upto: Cell::new(0),
             flush_lock: glommio::sync::Semaphore::new(1),
             prep: RefCell::new(super::prepare::Preparation::new(geo.slots())),
-        };
-        if fresh {
-            store.format().await?;
-        } else {
-            store.recover().await?;
-        }
-        Ok(store)
+            damage: RefCell::default(),
+        })
     }
 
     /// Zeroes the first block of every log slot that is not zero yet, so
@@ -206,15 +239,35 @@ impl Store {
     /// the heads in fresh segments past everything replay looked at and
     /// checkpoints, so that no byte of a torn commit can ever be replayed
     /// after records written from now on, and every segment without live
-    /// records is free again.
-    async fn recover(&self) -> Result<()> {
+    /// records is free again. Damaged ranges are counted and carried by
+    /// that checkpoint. `Some(plan)`: replay met a torn last commit with
+    /// records past its lost part, and must run again on a fresh store
+    /// with `plan`, ending those segments where the loss starts.
+    async fn recover(&self, plan: &Plan) -> Result<Option<Plan>> {
         let header = self.load_checkpoint().await?;
         let start = header.map_or(0, |h| h.replay_start);
-        let mut max_version = header.map_or(0, |h| h.next_version.saturating_sub(1));
+        let max_version = header.map_or(0, |h| h.next_version.saturating_sub(1));
+        let mut replay = Replay::new(plan, header.map_or(0, |h| h.commit_epoch), max_version);
         let old = self.slots_in_use();
         self.log.borrow_mut().ring_valid_from = start;
-        let (end, next_segment) = self.replay(start, &old, &mut max_version).await?;
-        self.next_version.set(max_version + 1);
+        let (end, next_segment) = self.replay(start, &old, &mut replay).await?;
+        let next_segment = next_segment.max(plan.probed_past);
+        let (damaged, torn) = replay.classify();
+        if !torn.is_empty() {
+            let mut cuts = plan.cuts.clone();
+            cuts.extend(torn.iter().map(|g| g.start));
+            tracing::warn!(device = %self.device, cuts = ?cuts, "torn last commit with records past its lost part: replaying again without them");
+            return Ok(Some(Plan {
+                cuts,
+                epoch_floor: replay.epoch_max,
+                probed_past: next_segment,
+            }));
+        }
+        self.note_damage(&damaged);
+        self.next_version.set(replay.max_version + 1);
+        // Past every epoch replay saw: the next recovery unwraps the
+        // stamps of records appended from now on above them.
+        self.damage.borrow_mut().epoch = replay.epoch_max + 3;
         let seg = self.geo.segment_bytes;
         {
             let mut log = self.log.borrow_mut();
@@ -236,7 +289,24 @@ impl Store {
             log.slots = slots;
         }
         self.checkpoint().await?;
-        Ok(())
+        Ok(None)
+    }
+
+    /// Reports and counts the damaged ranges a replay skipped.
+    fn note_damage(&self, damaged: &[Gap]) {
+        let mut d = self.damage.borrow_mut();
+        for g in damaged {
+            tracing::error!(
+                device = %self.device,
+                log_addr = g.start,
+                device_offset = self.geo.log_device_offset(g.start),
+                bytes = g.end - g.start,
+                records = g.records,
+                key = g.key.as_deref().unwrap_or("unknown (header damaged)"),
+                "damaged log records skipped: the records before and after them are kept"
+            );
+            d.note(g.start, g.end - g.start, g.records);
+        }
     }
 
     /// The segment each slot holds a live record of (from the key
@@ -266,7 +336,7 @@ impl Store {
     /// lap of numbers with none replayed (a head opens the first free slot
     /// within a lap of the last segment). Returns the end of the last
     /// record replayed and the first segment number past every one probed.
-    async fn replay(&self, start: u64, old: &[u64], max_version: &mut u64) -> Result<(u64, u64)> {
+    async fn replay(&self, start: u64, old: &[u64], replay: &mut Replay) -> Result<(u64, u64)> {
         let seg = self.geo.segment_bytes;
         let slots = self.geo.slots();
         let mut reader = LogReader::default();
@@ -277,7 +347,7 @@ impl Store {
         while n <= newest || (idle < slots && misses < PROBE_MISSES) {
             let s = (n % slots) as usize;
             let from = if n == first { start } else { n * seg };
-            match self.replay_segment(&mut reader, from, max_version).await? {
+            match self.replay_segment(&mut reader, from, replay).await? {
                 Probe::Replayed(e) => {
                     end = e;
                     (misses, idle) = (0, 0);
@@ -301,12 +371,15 @@ impl Store {
     }
 
     /// Replays the records of one segment from `at`, if its first record
-    /// checks and is at `at`.
+    /// checks and is at `at`. Past a position that holds no record of
+    /// this segment, the next one that does is searched for: the range
+    /// between is a gap (classified by [`Replay::classify`]), unless it
+    /// is one of the plan's cuts; none found, the segment ends there.
     async fn replay_segment(
         &self,
         reader: &mut LogReader,
         mut at: u64,
-        max_version: &mut u64,
+        replay: &mut Replay,
     ) -> Result<Probe> {
         let seg = self.geo.segment_bytes;
         let seg_end = (at / seg + 1) * seg;
@@ -315,30 +388,25 @@ impl Store {
             // Until the first record checks, this may not be the segment:
             // no window of the log is read for it.
             let min = if any { reader.chunk } else { 0 };
-            let Some(head) = reader.get_min(self, at, HEADER_BYTES, min).await? else {
-                break;
-            };
-            let value_len = u32::from_le_bytes([
-                head[OFF_VALUE_LEN],
-                head[OFF_VALUE_LEN + 1],
-                head[OFF_VALUE_LEN + 2],
-                head[OFF_VALUE_LEN + 3],
-            ]) as u64;
-            let max_len = (seg_end - at).min(HEADER_BYTES as u64 + 8192 + value_len + 8);
-            let Some(bytes) = reader.get_min(self, at, max_len as usize, min).await? else {
-                break;
-            };
-            let Ok(view) = RecordView::parse(bytes) else {
-                break;
-            };
-            if view.addr() != at {
-                if !any {
-                    return Ok(Probe::Holds(Some(view.addr() / seg)));
+            let view = match self.record_at(reader, at, seg_end, min).await? {
+                Some(v) if v.addr() == at => v,
+                Some(v) if !any => return Ok(Probe::Holds(Some(v.addr() / seg))),
+                _ => {
+                    if replay.cuts.contains(&at) || (!any && self.never_written(reader, at).await?)
+                    {
+                        break;
+                    }
+                    let (Some(next), more) = self.next_record(reader, at + 8, seg_end).await?
+                    else {
+                        break;
+                    };
+                    replay.open_gap = Some((at, 1 + more, self.damaged_key(reader, at).await?));
+                    at = next;
+                    continue;
                 }
-                break;
-            }
+            };
             let len = view.len();
-            *max_version = (*max_version).max(view.version());
+            replay.replayed(at, &view);
             // The ring holds the replayed records of the last ring's worth
             // before `at`: only those may be marked superseded.
             self.log.borrow_mut().head = at;
@@ -348,6 +416,10 @@ impl Store {
             // SAFETY: the record does not cross the ring's end and nothing
             // else uses the ring during recovery.
             unsafe { std::ptr::copy_nonoverlapping(view.bytes().as_ptr(), self.ring_ptr(at), len) };
+            // The state word is not covered by the CRC: whatever the device
+            // holds there, the ring starts it at 0 (not superseded).
+            // SAFETY: as above; the word is 4-aligned inside the record.
+            unsafe { self.ring_ptr(at + OFF_STATE as u64).cast::<u32>().write(0) };
             at += len as u64;
             any = true;
         }
@@ -356,6 +428,26 @@ impl Store {
         } else {
             Probe::Holds(None)
         })
+    }
+
+    /// The key the damaged record at `at` seems to be of ([`key_hint`]).
+    async fn damaged_key(&self, reader: &mut LogReader, at: u64) -> Result<Option<String>> {
+        let Some(head) = reader.get(self, at, HEADER_BYTES).await? else {
+            return Ok(None);
+        };
+        let keys =
+            usize::from(get_u16(head, OFF_DKEY_LEN)) + usize::from(get_u16(head, OFF_AKEY_LEN));
+        Ok(match reader.get(self, at, HEADER_BYTES + keys).await? {
+            Some(bytes) => key_hint(bytes),
+            None => None,
+        })
+    }
+
+    /// Are the record header's bytes at `at` all zero (a slot start that
+    /// formatting zeroed and no segment wrote since)?
+    async fn never_written(&self, reader: &mut LogReader, at: u64) -> Result<bool> {
+        let head = reader.get_min(self, at, HEADER_BYTES, 0).await?;
+        Ok(head.is_none_or(|h| h.iter().all(|&b| b == 0)))
     }
 }
 
@@ -413,6 +505,11 @@ impl LogReader {
             buf: None,
             chunk,
         }
+    }
+
+    /// Bytes a window holds at least.
+    pub fn chunk(&self) -> u64 {
+        self.chunk
     }
 
     /// `len` bytes at log address `addr`, or `None` if they would cross the

@@ -86,6 +86,8 @@ impl Store {
     /// Records that the first `upto` appended records are on stable media.
     pub(crate) fn note_flushed(&self, upto: u64) {
         self.flushed_upto.set(self.flushed_upto.get().max(upto));
+        let appends = self.log.borrow().appends;
+        self.damage.borrow_mut().flushed(upto, appends);
     }
 
     /// Under [`Durability::Process`], flushes what was written every
