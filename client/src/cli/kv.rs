@@ -2,6 +2,9 @@
 //! (`tcp://host:port` or `unix:///path`). Without `--engine` an engine is
 //! started in this process on a temp directory and discarded at exit (for
 //! demos). A KEY is the dkey of `(--container, --object)`, akey `--akey`.
+//! Over TCP the token is found by [`ferrite_client::auth::find_token`]:
+//! `--token-file`, `$FERRITE_TOKEN`, `$FERRITE_TOKEN_FILE`, then the
+//! engine's data dir (`--data-dir`, default /var/lib/ferrite).
 
 use std::io::Write;
 
@@ -14,9 +17,13 @@ pub struct Target {
     /// Engine URL; none = a throwaway embedded engine.
     #[arg(long)]
     pub engine: Option<String>,
-    /// Shared-secret token (default: $FERRITE_TOKEN).
+    /// File holding the engine's token (TCP; mode 0600). Default:
+    /// $FERRITE_TOKEN, $FERRITE_TOKEN_FILE, then DATA_DIR/engine.token.
     #[arg(long)]
-    pub token: Option<String>,
+    pub token_file: Option<std::path::PathBuf>,
+    /// The engine's data dir, where its token file is (TCP).
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
     #[arg(long, default_value_t = 0)]
     pub container: u64,
     #[arg(long, default_value_t = 0)]
@@ -74,14 +81,28 @@ fn connect(t: &Target) -> anyhow::Result<Client> {
         connections: 1,
         ..Default::default()
     };
-    if let Some(tok) = &t.token {
-        opts.token = Some(tok.clone().into_bytes());
-    }
     match &t.engine {
         Some(url) => {
+            opts.token = engine_token(url, t)?;
             Client::connect_with(url, opts).with_context(|| format!("connecting to {url}"))
         }
         None => embedded(opts),
+    }
+}
+
+/// The token for a TCP `url` (none for a Unix socket, where the engine
+/// checks this process's uid instead).
+fn engine_token(url: &str, t: &Target) -> anyhow::Result<Option<Vec<u8>>> {
+    if url.starts_with("unix://") {
+        return Ok(None);
+    }
+    let (file, dir) = (t.token_file.as_deref(), t.data_dir.as_deref());
+    match ferrite_client::auth::find_token(file, dir)? {
+        Some(token) => Ok(Some(token)),
+        None => anyhow::bail!(
+            "engine {url} requires a token and none was found (looked at {})",
+            ferrite_client::auth::sources_looked_at(dir)
+        ),
     }
 }
 
