@@ -17,13 +17,8 @@ pub struct Target {
     /// Engine URL; none = a throwaway embedded engine.
     #[arg(long)]
     pub engine: Option<String>,
-    /// File holding the engine's token (TCP; mode 0600). Default:
-    /// $FERRITE_TOKEN, $FERRITE_TOKEN_FILE, then DATA_DIR/engine.token.
-    #[arg(long)]
-    pub token_file: Option<std::path::PathBuf>,
-    /// The engine's data dir, where its token file is (TCP).
-    #[arg(long)]
-    pub data_dir: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub auth: super::TokenArgs,
     #[arg(long, default_value_t = 0)]
     pub container: u64,
     #[arg(long, default_value_t = 0)]
@@ -83,26 +78,10 @@ fn connect(t: &Target) -> anyhow::Result<Client> {
     };
     match &t.engine {
         Some(url) => {
-            opts.token = engine_token(url, t)?;
+            opts.token = t.auth.token_for(url)?;
             Client::connect_with(url, opts).with_context(|| format!("connecting to {url}"))
         }
         None => embedded(opts),
-    }
-}
-
-/// The token for a TCP `url` (none for a Unix socket, where the engine
-/// checks this process's uid instead).
-fn engine_token(url: &str, t: &Target) -> anyhow::Result<Option<Vec<u8>>> {
-    if url.starts_with("unix://") {
-        return Ok(None);
-    }
-    let (file, dir) = (t.token_file.as_deref(), t.data_dir.as_deref());
-    match ferrite_client::auth::find_token(file, dir)? {
-        Some(token) => Ok(Some(token)),
-        None => anyhow::bail!(
-            "engine {url} requires a token and none was found (looked at {})",
-            ferrite_client::auth::sources_looked_at(dir)
-        ),
     }
 }
 
