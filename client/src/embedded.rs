@@ -1,6 +1,8 @@
 //! Embedded mode: an engine started inside this process on a temporary
 //! directory, reached over its Unix socket (so GETs are one-sided over
-//! shm). What `ferrite` uses when no `--engine` is given.
+//! shm). What `ferrite` uses when no `--engine` is given. The engine
+//! generates its token in the temp dir; the client is handed it directly
+//! (needed only if the engine is reached over TCP).
 //!
 //! ```no_run
 //! use ferrite_client::client::Key;
@@ -61,6 +63,10 @@ pub fn connect_with(opts: ClientOptions, adjust: impl FnOnce(&mut EngineConfig))
             .into_iter()
             .next()
             .ok_or_else(|| Error::Embedded("engine listens nowhere".into()))?,
+    };
+    let opts = ClientOptions {
+        token: opts.token.or_else(|| Some(handle.token().to_vec())),
+        ..opts
     };
     let mut client = Client::connect_with(&url, opts)?;
     client._owner = Some(Box::new(std::sync::Mutex::new(Embedded {

@@ -30,6 +30,7 @@
 //! assert_eq!(ns.resolve("/results/a.txt").unwrap().1.size, 4);
 //! ```
 
+pub mod auth;
 pub mod bdevperf;
 pub mod bench_jobs;
 pub mod bench_kv;

@@ -31,6 +31,14 @@ fn unix_url(e: &EngineHandle) -> String {
     format!("unix://{}", e.unix_path().unwrap().display())
 }
 
+/// Default options holding the engine's token (TCP requires it).
+fn with_token(e: &EngineHandle) -> ClientOptions {
+    ClientOptions {
+        token: Some(e.token().to_vec()),
+        ..ClientOptions::default()
+    }
+}
+
 fn tcp_url(e: &EngineHandle) -> String {
     format!("tcp://{}", e.tcp_addr().unwrap())
 }
@@ -188,7 +196,7 @@ fn a_batch_of_bulk_and_framed_extent_writes_answers_as_its_items() {
             _ => assert!(matches!(r, Reply::Version(_)), "item {i}: {r:?}"),
         }
     }
-    let client = Client::connect(&tcp_url(&e)).unwrap();
+    let client = Client::connect_with(&tcp_url(&e), with_token(&e)).unwrap();
     for i in 0..40 {
         let want = match i % 2 {
             0 => pattern(64 * 100, 5)[i * 100..(i + 1) * 100].to_vec(),
@@ -262,7 +270,7 @@ fn files_round_trip_through_the_bulk_region() {
     for (url, slots) in [(unix_url(&e), 0), (tcp_url(&e), 8)] {
         let opts = ClientOptions {
             bulk_slots: slots,
-            ..ClientOptions::default()
+            ..with_token(&e)
         };
         let other = Arc::new(Client::connect_with(&url, opts).unwrap());
         assert!(!other.bulk_enabled(), "{url} with {slots} slots");

@@ -36,7 +36,14 @@ fn engine_slots_and_a_worker_share_a_job() {
     let engine = Engine::start(EngineConfig::for_temp_dir(dir.path())).unwrap();
     let router = engine.router();
     let config = JobServiceConfig {
-        store: router.urls().first().cloned(),
+        // The worker reaches the store over the Unix socket (its uid is
+        // the engine's), as `ferrite-engine` tells workers to; TCP would
+        // need the engine's token.
+        store: router
+            .urls()
+            .iter()
+            .find(|u| u.starts_with("unix://"))
+            .cloned(),
         task_slots: 1,
         depth: 4,
         router: Some(router),

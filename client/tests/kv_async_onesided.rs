@@ -37,7 +37,7 @@ fn get_all(c: &Client, keys: &[Key]) -> Vec<Option<Vec<u8>>> {
 fn many_async_gets_from_one_thread_are_one_sided() {
     let dir = tempfile::tempdir().unwrap();
     let engine = EngineProc::start(dir.path());
-    let c = Client::connect(&engine.tcp).unwrap();
+    let c = engine.client(&engine.tcp);
     assert_eq!(c.one_sided_provider(), Some("tcp"));
     let keys: Vec<Key> = (0..64).map(key).collect();
     for (i, k) in keys.iter().enumerate().take(48) {
@@ -95,7 +95,7 @@ fn many_async_gets_from_one_thread_are_one_sided() {
 fn event_queue_gets_are_driven_by_the_queue_poller() {
     let dir = tempfile::tempdir().unwrap();
     let engine = EngineProc::start(dir.path());
-    let c = Client::connect(&engine.tcp).unwrap();
+    let c = engine.client(&engine.tcp);
     for i in 0..16 {
         c.put(&key(i), &value(i, 0)).unwrap();
     }

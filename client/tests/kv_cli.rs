@@ -29,7 +29,13 @@ fn json(o: &Output) -> serde_json::Value {
 fn put_get_ls_stat_del_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let engine = EngineProc::start(dir.path());
-    for url in [engine.unix.as_str(), engine.tcp.as_str()] {
+    // Over TCP the CLI finds the token in the engine's data dir.
+    let dir_flag = ["--data-dir", engine.dir.to_str().unwrap()];
+    for (url, extra) in [
+        (engine.unix.as_str(), &[][..]),
+        (engine.tcp.as_str(), &dir_flag[..]),
+    ] {
+        let ferrite = |args: &[&str]| ferrite(&[args, extra].concat());
         let put = json(&ferrite(&[
             "put",
             "--engine",

@@ -22,7 +22,7 @@ fn a_blocking_caller_reads_its_own_replies() {
     let dir = tempfile::tempdir().unwrap();
     let engine = EngineProc::start(dir.path());
     for url in [&engine.unix, &engine.tcp] {
-        let client = Client::connect(url).unwrap();
+        let client = engine.client(url);
         let before = client.counters();
         for i in 0..200u32 {
             let key = Key::new(1, 1, format!("own-{i}").as_bytes(), b"");
@@ -95,7 +95,7 @@ fn mixed_rounds(client: &Client, t: usize) {
 fn every_kind_of_caller_on_shared_connections_gets_its_reply() {
     let dir = tempfile::tempdir().unwrap();
     let engine = EngineProc::start(dir.path());
-    let client = Arc::new(Client::connect(&engine.tcp).unwrap());
+    let client = Arc::new(engine.client(&engine.tcp));
     let before = client.counters();
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
@@ -118,7 +118,7 @@ fn every_kind_of_caller_on_shared_connections_gets_its_reply() {
 fn callers_blocked_on_a_dead_engine_get_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut engine = EngineProc::start(dir.path());
-    let client = Arc::new(Client::connect(&engine.tcp).unwrap());
+    let client = Arc::new(engine.client(&engine.tcp));
     let key = Key::new(2, 2, b"before", b"");
     client.put(&key, b"x").unwrap();
     // Keep callers of both kinds in flight while the engine dies.
@@ -195,7 +195,7 @@ fn a_caller_polls_for_its_reply_only_off_the_engines_cpu() {
     // not make the caller sleep.
     let polling = ClientOptions {
         reply_spin: Duration::from_millis(5),
-        ..ClientOptions::default()
+        ..engine.options()
     };
     for url in [&engine.unix, &engine.tcp] {
         let client = Client::connect_with(url, polling.clone()).unwrap();

@@ -133,7 +133,7 @@ fn kv_operations_over_unix_and_tcp() {
     let s = unix.counters();
     assert!(s.one_sided_hits > 0, "{s:?}");
 
-    let tcp = Client::connect(&engine.tcp).unwrap();
+    let tcp = engine.client(&engine.tcp);
     assert_eq!(tcp.one_sided_provider(), Some("tcp"));
     exercise(&tcp, "t");
     let s = tcp.counters();

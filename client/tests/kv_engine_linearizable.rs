@@ -29,7 +29,7 @@ fn gets_return_latest_acknowledged_values_over_shm_and_tcp() {
     let engine = EngineProc::start(dir.path());
     let writer_client = Arc::new(Client::connect(&engine.unix).unwrap());
     let shm = Arc::new(Client::connect(&engine.unix).unwrap());
-    let tcp = Arc::new(Client::connect(&engine.tcp).unwrap());
+    let tcp = Arc::new(engine.client(&engine.tcp));
     assert_eq!(shm.one_sided_provider(), Some("shm"));
     assert_eq!(tcp.one_sided_provider(), Some("tcp"));
     let seen = WORKLOAD.run(&writer_client, &[shm.clone(), shm.clone(), tcp.clone()]);

@@ -94,7 +94,7 @@ fn records_out_of_the_ring_are_read_from_the_device_mapping() {
     assert!(c.device_hits >= 400 + 8, "most keys left the ring: {c:?}");
     assert_eq!(c.fallbacks, 0, "nothing went by RPC: {c:?}");
     // tcp has no device log: the same keys fall back to RPC there.
-    let tcp = Client::connect(&engine.tcp).unwrap();
+    let tcp = engine.client(&engine.tcp);
     assert_eq!(device_logs(&tcp), 0);
     for k in 0..keys {
         assert_eq!(

@@ -83,7 +83,7 @@ fn verbs_client(engine: &EngineProc) -> Client {
 /// A verbs client with a bucket cache of `cache_buckets` (0: none), and
 /// its endpoint's read and doorbell counts.
 fn verbs_client_counted(engine: &EngineProc, cache_buckets: usize) -> (Client, Arc<ReadCounts>) {
-    let mut c = Client::connect(&engine.tcp).expect("connect");
+    let mut c = engine.client(&engine.tcp);
     let ep = endpoint();
     let counts = ep.read_counts();
     let targets = ep.targets().expect("verbs targets");
@@ -103,7 +103,7 @@ fn key(k: u64) -> Key {
 fn verbs_gets_return_latest_values_while_writers_run() {
     let dir = tempfile::tempdir().unwrap();
     let engine = start_engine(dir.path());
-    let writer_client = Arc::new(Client::connect(&engine.tcp).unwrap());
+    let writer_client = Arc::new(engine.client(&engine.tcp));
     let readers: Vec<Arc<Client>> = (0..2).map(|_| Arc::new(verbs_client(&engine))).collect();
     let seen = WORKLOAD.run(&writer_client, &readers);
     let found = seen.iter().flatten().filter(|s| s.1.is_some()).count();
@@ -162,7 +162,7 @@ fn verbs_get_costs_one_read_cached_and_two_cold() {
     let dir = tempfile::tempdir().unwrap();
     let engine = start_engine(dir.path());
     let names: Vec<Key> = (0..8).map(key).collect();
-    let writer = Client::connect(&engine.tcp).unwrap();
+    let writer = engine.client(&engine.tcp);
     for (k, name) in names.iter().enumerate() {
         writer.put(name, &value(k as u64, 0)).unwrap();
     }
@@ -415,7 +415,7 @@ const ABSENT_END: u64 = 96;
 fn verbs_async_gets_share_the_thread_queue_pair() {
     let dir = tempfile::tempdir().unwrap();
     let engine = start_engine(dir.path());
-    let writer = Client::connect(&engine.tcp).unwrap();
+    let writer = engine.client(&engine.tcp);
     let names: Vec<Key> = (0..48).map(key).collect();
     let absent: Vec<Key> = (40..ABSENT_END).map(key).collect();
     for (k, name) in names.iter().enumerate().take(40) {
@@ -493,7 +493,7 @@ fn verbs_batched_reads_match_single_reads() {
     use ferrite_client::fabric::verbs::BatchRead;
     let dir = tempfile::tempdir().unwrap();
     let engine = start_engine(dir.path());
-    let c = Client::connect(&engine.tcp).unwrap();
+    let c = engine.client(&engine.tcp);
     for k in 0..64 {
         c.put(&key(k), &value(k, 0)).unwrap();
     }
@@ -587,7 +587,7 @@ fn p50_us(mut f: impl FnMut()) -> f64 {
 fn verbs_queue_pair_per_thread_and_batched_gets_match_single_gets() {
     let dir = tempfile::tempdir().unwrap();
     let engine = start_engine(dir.path());
-    let writer = Client::connect(&engine.tcp).unwrap();
+    let writer = engine.client(&engine.tcp);
     for k in 0..48 {
         writer.put(&key(k), &value(k, k)).unwrap();
     }

@@ -10,9 +10,12 @@
 //! flush_interval_ms = 1000                # flushed this often (process mode only)
 //!
 //! [listen]
-//! tcp = "127.0.0.1:7600"                  # "" disables TCP; non-loopback needs a token
-//! unix = "{dir}/engine.sock"              # "" disables the Unix socket
-//! # token = "..."  or  token_file = "/etc/ferrite/token"
+//! tcp = "127.0.0.1:7600"                  # "" disables TCP; every TCP client proves the token
+//! unix = "{dir}/engine.sock"              # "" disables the Unix socket (mode 0660)
+//! # token = "..."  or  token_file = "/etc/ferrite/token"   # default: {dir}/engine.token,
+//! #                                       # created (32 random bytes, hex, 0600) on first start
+//! # allow_uids = [1000]                   # Unix socket peers admitted besides the engine's uid and root
+//! # allow_gids = [100]                    # ... and peers whose primary gid is one of these
 //!
 //! [fabric]
 //! providers = ["shm", "tcp"]
@@ -45,6 +48,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use ferrite_proto::rpc::handshake::{check_token, read_token_file, TokenError, TOKEN_FILE_NAME};
 use serde::Deserialize;
 
 use crate::server::ServerError;
@@ -109,10 +113,18 @@ pub struct ListenConfig {
     pub tcp: String,
     /// Unix socket path (template with `{dir}`); empty disables it.
     pub unix: String,
-    /// Shared secret; TCP clients must prove they hold it.
+    /// Shared secret; TCP clients must prove they hold it. Empty is refused.
     pub token: Option<String>,
-    /// File holding the shared secret (trailing whitespace ignored).
+    /// File holding the shared secret (trailing whitespace ignored); refused
+    /// when group or others may read it. Without `token` and `token_file`
+    /// the engine uses `{dir}/engine.token`, creating it on first start.
     pub token_file: Option<PathBuf>,
+    /// Uids admitted on the Unix socket (checked with `SO_PEERCRED` at
+    /// accept) besides the engine's own uid and root.
+    pub allow_uids: Vec<u32>,
+    /// Peers whose gid (the primary gid `SO_PEERCRED` reports) is one of
+    /// these are admitted on the Unix socket too.
+    pub allow_gids: Vec<u32>,
 }
 
 /// Which one-sided read providers to export regions with.
@@ -201,6 +213,8 @@ impl Default for ListenConfig {
             unix: "{dir}/engine.sock".into(),
             token: None,
             token_file: None,
+            allow_uids: Vec::new(),
+            allow_gids: Vec::new(),
         }
     }
 }
@@ -298,17 +312,23 @@ impl EngineConfig {
         Ok(Some(addr))
     }
 
-    /// The shared secret, from `token` or `token_file`.
+    /// The configured shared secret, from `token` or `token_file` (None:
+    /// the engine uses [`EngineConfig::default_token_file`]). An empty token
+    /// and a token file readable by group or others are refused.
     pub fn token(&self) -> Result<Option<Vec<u8>>, ServerError> {
         if let Some(t) = &self.listen.token {
+            check_token(t.as_bytes(), "listen.token").map_err(token_error)?;
             return Ok(Some(t.as_bytes().to_vec()));
         }
         let Some(path) = &self.listen.token_file else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ServerError::Config(format!("token_file {}: {e}", path.display())))?;
-        Ok(Some(text.trim_end().as_bytes().to_vec()))
+        read_token_file(path).map(Some).map_err(token_error)
+    }
+
+    /// The token file used when neither `token` nor `token_file` is set.
+    pub fn default_token_file(&self) -> PathBuf {
+        self.data_dir.join(TOKEN_FILE_NAME)
     }
 
     /// The cores to run on, one xstream (and one target) each.
@@ -369,13 +389,8 @@ impl EngineConfig {
         if self.limits.max_inflight_per_connection == 0 {
             return bad("limits.max_inflight_per_connection must be positive".into());
         }
-        if let Some(addr) = self.tcp_addr()? {
-            if !addr.ip().is_loopback() && self.token()?.is_none() {
-                return bad(format!(
-                    "listen.tcp {addr} is not loopback: set listen.token or listen.token_file"
-                ));
-            }
-        }
+        self.tcp_addr()?;
+        self.token()?;
         if self.unix_path().is_none() && self.tcp_addr()?.is_none() {
             return bad("no listener: set listen.tcp or listen.unix".into());
         }
@@ -385,6 +400,10 @@ impl EngineConfig {
     pub(crate) fn has_provider(&self, name: &str) -> bool {
         self.fabric.providers.iter().any(|p| p == name)
     }
+}
+
+fn token_error(e: TokenError) -> ServerError {
+    ServerError::Config(e.to_string())
 }
 
 #[cfg(test)]
@@ -432,8 +451,11 @@ mod tests {
         let e = EngineConfig::from_toml_str("durability = \"sometimes\"").unwrap_err();
         assert!(e.to_string().contains("device"), "{e}");
         assert!(EngineConfig::from_toml_str("[cache]\nring_bytes = \"8Q\"").is_err());
-        let remote = EngineConfig::from_toml_str("[listen]\ntcp = \"0.0.0.0:1\"").unwrap();
-        assert!(remote.validate().is_err(), "non-loopback without a token");
+        let empty = EngineConfig::from_toml_str("[listen]\ntoken = \"\"").unwrap();
+        let e = empty.validate().unwrap_err().to_string();
+        assert!(e.contains("listen.token") && e.contains("empty"), "{e}");
+        let uids = EngineConfig::from_toml_str("[listen]\nallow_uids = [7]\nallow_gids = [8]");
+        assert_eq!(uids.unwrap().listen.allow_gids, vec![8]);
         let spin = EngineConfig::from_toml_str("spin_us = 50000").unwrap();
         assert!(spin.validate().unwrap_err().to_string().contains("spin_us"));
         let tiny = EngineConfig::from_toml_str("[cache]\nbuckets = 2").unwrap();

@@ -43,14 +43,14 @@ fn writer_key(w: usize, i: usize) -> Key {
 
 fn run_writer(
     w: usize,
-    addr: std::net::SocketAddr,
+    (addr, token): (std::net::SocketAddr, Vec<u8>),
     model: Model,
     stop: Arc<AtomicBool>,
     acks: Arc<AtomicU64>,
     seed: u64,
 ) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let Ok(mut c) = RawClient::connect_tcp(addr, None) else {
+    let Ok(mut c) = RawClient::connect_tcp(addr, Some(&token)) else {
         return;
     };
     for window in 0..MAX_WINDOWS {
@@ -108,7 +108,7 @@ fn run_writer(
 /// does a single fetch get stuck on, and does the stuck batch's reply come
 /// once other requests have run (a stalled device queue they restart)?
 fn diagnose(engine: &EngineProcess, keys: &[Key], stuck_conn: &mut RawClient) -> String {
-    let mut c = match RawClient::connect_tcp(engine.tcp, None) {
+    let mut c = match RawClient::connect_tcp(engine.tcp, Some(&engine.token)) {
         Ok(c) => c,
         Err(e) => return format!("engine refuses new connections: {e}"),
     };
@@ -118,7 +118,7 @@ fn diagnose(engine: &EngineProcess, keys: &[Key], stuck_conn: &mut RawClient) ->
     let stat = c.call(&Request::Stat);
     let mut stuck = Vec::new();
     for k in keys {
-        match RawClient::connect_tcp(engine.tcp, None) {
+        match RawClient::connect_tcp(engine.tcp, Some(&engine.token)) {
             Ok(mut one) => {
                 if let Stream::Tcp(s) = &one.stream {
                     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
@@ -141,7 +141,7 @@ fn diagnose(engine: &EngineProcess, keys: &[Key], stuck_conn: &mut RawClient) ->
 }
 
 fn verify_and_settle(engine: &EngineProcess, model: &Model) -> usize {
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let mut m = model.lock().unwrap();
     let keys: Vec<Key> = m.keys().cloned().collect();
     let mut checked = 0;
@@ -201,7 +201,7 @@ fn acknowledged_writes_survive_kill_9() {
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| {
                 let (model, stop, acks) = (model.clone(), stop.clone(), acks.clone());
-                let (addr, s) = (engine.tcp, rng.gen());
+                let (addr, s) = ((engine.tcp, engine.token.clone()), rng.gen());
                 std::thread::spawn(move || run_writer(w, addr, model, stop, acks, s))
             })
             .collect();

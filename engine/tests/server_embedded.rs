@@ -35,7 +35,7 @@ fn embedded_engine_serves_and_recovers_after_shutdown() {
         "buckets and log over shm and tcp, and the file device's log over shm"
     );
 
-    let mut c = RawClient::connect_tcp(tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(tcp, Some(engine.token())).unwrap();
     let mut versions = Vec::new();
     for i in 0..100 {
         let r = c
@@ -69,7 +69,7 @@ fn embedded_engine_serves_and_recovers_after_shutdown() {
     assert!(!unix.exists(), "the socket file is removed at shutdown");
 
     let engine = Engine::start(EngineConfig::for_temp_dir(dir.path())).unwrap();
-    let mut c = RawClient::connect_tcp(engine.tcp_addr().unwrap(), None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp_addr().unwrap(), Some(engine.token())).unwrap();
     for (i, v) in versions.iter().enumerate() {
         let r = c
             .call(&Request::Fetch {
@@ -93,8 +93,8 @@ fn connections_over_the_limit_are_refused_and_slots_come_back() {
     config.limits.max_connections = 2;
     let engine = Engine::start(config).unwrap();
     let tcp = engine.tcp_addr().unwrap();
-    let first = RawClient::connect_tcp(tcp, None).unwrap();
-    let mut second = RawClient::connect_tcp(tcp, None).unwrap();
+    let first = RawClient::connect_tcp(tcp, Some(engine.token())).unwrap();
+    let mut second = RawClient::connect_tcp(tcp, Some(engine.token())).unwrap();
     let mut third = RawClient::tcp(tcp).unwrap();
     let frames = third.drain_until_closed();
     assert!(
@@ -116,7 +116,7 @@ fn connections_over_the_limit_are_refused_and_slots_come_back() {
     drop(first);
     let mut admitted = false;
     for _ in 0..200 {
-        if RawClient::connect_tcp(tcp, None).is_ok() {
+        if RawClient::connect_tcp(tcp, Some(engine.token())).is_ok() {
             admitted = true;
             break;
         }

@@ -77,7 +77,7 @@ fn batched_and_pipelined_fetches_return_what_single_fetches_do() {
     config.cache.ring_bytes = Size(1 << 20);
     config.cache.hot_value_max = Size(0);
     let engine = Engine::start(config).unwrap();
-    let mut c = RawClient::connect_tcp(engine.tcp_addr().unwrap(), None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp_addr().unwrap(), Some(engine.token())).unwrap();
     let keys = load(&mut c);
     let fetches: Vec<Request> = keys
         .iter()

@@ -33,7 +33,7 @@ fn fetch(c: &mut RawClient, k: &ferrite_proto::rpc::Key) -> Option<Found> {
 fn data_operations_over_tcp() {
     let dir = temp_dir();
     let engine = EngineProcess::start(dir.path(), &[]);
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let w = c.welcome.clone().unwrap();
     assert_eq!(w.targets.len(), 2);
     assert!(w.regions.iter().all(|d| d.provider == Provider::Tcp));
@@ -227,7 +227,7 @@ fn sync_flushes_what_process_durability_acknowledged() {
     let dir = temp_dir();
     let args = ["--durability", "process", "--flush-interval-ms", "3600000"];
     let engine = EngineProcess::start(dir.path(), &args);
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     for i in 0..16 {
         update(&mut c, &key(i, "d", "a"), b"value");
     }
@@ -242,7 +242,7 @@ fn sync_flushes_what_process_durability_acknowledged() {
 fn pipelined_requests_and_batches_are_answered_by_id() {
     let dir = temp_dir();
     let engine = EngineProcess::start(dir.path(), &[]);
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let count = 300u64;
     let mut ids = std::collections::HashMap::new();
     for i in 0..count {
@@ -298,7 +298,7 @@ fn pipelined_requests_and_batches_are_answered_by_id() {
 fn a_batch_of_updates_for_both_targets_answers_in_item_order() {
     let dir = temp_dir();
     let engine = EngineProcess::start(dir.path(), &[]);
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let array = key(2, "arr", "a");
     let extent = Request::ExtentWrite {
         key: array.clone(),
@@ -365,7 +365,7 @@ fn a_batch_of_updates_for_both_targets_answers_in_item_order() {
 fn a_batch_of_creates_and_deletes_answers_as_its_items_in_order() {
     let dir = temp_dir();
     let engine = EngineProcess::start(dir.path(), &[]);
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let existing = update(&mut c, &key(3, "there", "e"), b"old");
     let doomed: Vec<_> = (0..8).map(|i| key(3, &format!("doomed{i}"), "e")).collect();
     for k in &doomed {
@@ -433,7 +433,7 @@ fn a_batch_of_creates_and_deletes_answers_as_its_items_in_order() {
 fn one_sided_reads_over_tcp_and_shm_match_acknowledged_values() {
     let dir = temp_dir();
     let engine = EngineProcess::start(dir.path(), &[]);
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let keys: Vec<_> = (0..50).map(|i| key(3, &format!("k{i}"), "v")).collect();
     let mut acked = Vec::new();
     for (i, k) in keys.iter().enumerate() {
@@ -444,7 +444,7 @@ fn one_sided_reads_over_tcp_and_shm_match_acknowledged_values() {
     let n = w.targets.len() as u32;
 
     // tcp provider: RegionRead served from the region.
-    let mut tcp_reader = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut tcp_reader = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     for (k, (version, value)) in keys.iter().zip(&acked) {
         let got = one_sided_get(&w.regions, n, k, |d, offset, len| {
             match tcp_reader
@@ -541,7 +541,7 @@ fn one_sided_reads_over_tcp_and_shm_match_acknowledged_values() {
 fn objects_are_listed_from_every_target_and_records_verified() {
     let dir = temp_dir();
     let engine = EngineProcess::start(dir.path(), &[]);
-    let mut c = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut c = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let objects = [30u128, 5, 1 << 100, 17];
     for &object in &objects {
         for i in 0..8 {

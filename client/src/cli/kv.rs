@@ -2,6 +2,9 @@
 //! (`tcp://host:port` or `unix:///path`). Without `--engine` an engine is
 //! started in this process on a temp directory and discarded at exit (for
 //! demos). A KEY is the dkey of `(--container, --object)`, akey `--akey`.
+//! Over TCP the token is found by [`ferrite_client::auth::find_token`]:
+//! `--token-file`, `$FERRITE_TOKEN`, `$FERRITE_TOKEN_FILE`, then the
+//! engine's data dir (`--data-dir`, default /var/lib/ferrite).
 
 use std::io::Write;
 
@@ -14,9 +17,8 @@ pub struct Target {
     /// Engine URL; none = a throwaway embedded engine.
     #[arg(long)]
     pub engine: Option<String>,
-    /// Shared-secret token (default: $FERRITE_TOKEN).
-    #[arg(long)]
-    pub token: Option<String>,
+    #[command(flatten)]
+    pub auth: super::TokenArgs,
     #[arg(long, default_value_t = 0)]
     pub container: u64,
     #[arg(long, default_value_t = 0)]
@@ -74,11 +76,9 @@ fn connect(t: &Target) -> anyhow::Result<Client> {
         connections: 1,
         ..Default::default()
     };
-    if let Some(tok) = &t.token {
-        opts.token = Some(tok.clone().into_bytes());
-    }
     match &t.engine {
         Some(url) => {
+            opts.token = t.auth.token_for(url)?;
             Client::connect_with(url, opts).with_context(|| format!("connecting to {url}"))
         }
         None => embedded(opts),

@@ -7,6 +7,39 @@ pub mod job;
 pub mod kv;
 pub mod mount;
 
+/// How a command finds the token a TCP engine asks for (flatten into a
+/// command's arguments; see [`ferrite_client::auth::find_token`]).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TokenArgs {
+    /// File holding the engine's token (TCP; mode 0600). Default:
+    /// $FERRITE_TOKEN, $FERRITE_TOKEN_FILE, then DATA_DIR/engine.token.
+    #[arg(long)]
+    pub token_file: Option<std::path::PathBuf>,
+    /// The engine's data dir, where its token file is (TCP; default
+    /// /var/lib/ferrite).
+    #[arg(long)]
+    pub data_dir: Option<std::path::PathBuf>,
+}
+
+impl TokenArgs {
+    /// The token for engine `url`: none for a Unix socket (the engine
+    /// checks this process's uid instead), else the one found, or an error
+    /// that says where it looked.
+    pub fn token_for(&self, url: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        if url.starts_with("unix://") {
+            return Ok(None);
+        }
+        let (file, dir) = (self.token_file.as_deref(), self.data_dir.as_deref());
+        match ferrite_client::auth::find_token(file, dir)? {
+            Some(token) => Ok(Some(token)),
+            None => anyhow::bail!(
+                "engine {url} requires a token and none was found (looked at {})",
+                ferrite_client::auth::sources_looked_at(dir)
+            ),
+        }
+    }
+}
+
 /// Set once `ferrite mount` starts unmounting.
 static UNMOUNTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

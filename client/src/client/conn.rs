@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrite_proto::rpc::handshake::{
-    engine_proof, login_proof, AUTH_TOKEN_HMAC_SHA256, HELLO_BULK_REGION, HELLO_WANT_SHM,
-    NONCE_BYTES, WELCOME_BULK_MAPPED, WELCOME_FDS_ATTACHED,
+    check_token, engine_proof, login_proof, AUTH_NONE, AUTH_TOKEN_HMAC_SHA256, HELLO_BULK_REGION,
+    HELLO_WANT_SHM, NONCE_BYTES, WELCOME_BULK_MAPPED, WELCOME_FDS_ATTACHED,
 };
 use ferrite_proto::rpc::{self, Hello, Login, Reply, Request, Welcome};
 use rand::RngCore;
@@ -85,7 +85,8 @@ impl AsRawFd for Stream {
 /// How to open a connection.
 #[derive(Debug, Clone, Default)]
 pub struct ConnectOptions {
-    /// Shared secret for engines that require it (TCP, non-loopback).
+    /// Shared secret: required over TCP (every TCP listener asks for it; a
+    /// TCP engine that does not is refused), unused on the Unix socket.
     pub token: Option<Vec<u8>>,
     /// Ask for shm region fds (Unix socket only).
     pub want_shm: bool,
@@ -263,6 +264,22 @@ pub(crate) fn op_name(r: &Request) -> &'static str {
     }
 }
 
+/// The token for a connection to `url`: `given`, else over TCP what
+/// [`crate::auth::find_token`] finds; a TCP engine without one is an error
+/// that lists where it looked. None on the Unix socket when none is given.
+pub fn token_for(url: &EngineUrl, given: Option<Vec<u8>>) -> Result<Option<Vec<u8>>> {
+    if given.is_some() || matches!(url, EngineUrl::Unix { .. }) {
+        return Ok(given);
+    }
+    match crate::auth::find_token(None, None)? {
+        Some(token) => Ok(Some(token)),
+        None => Err(Error::Unauthenticated(format!(
+            "engine at {url} requires a token and none was found (looked at {})",
+            crate::auth::sources_looked_at(None)
+        ))),
+    }
+}
+
 /// Reads one whole reply frame during the handshake, collecting any fds.
 fn handshake_frame(stream: &mut Stream, url: &EngineUrl, fds: &mut Vec<OwnedFd>) -> Result<Reply> {
     let mut buf = Vec::new();
@@ -316,6 +333,35 @@ fn refused(url: &EngineUrl, reply: Reply, want: &str) -> Error {
     }
 }
 
+/// The Login proof answering `challenge`; refuses a TCP engine that asks
+/// for none, and goes no further without a token when one is asked for.
+fn proof_for(
+    url: &EngineUrl,
+    tcp: bool,
+    challenge: &ferrite_proto::rpc::Challenge,
+    token: Option<&[u8]>,
+    client_nonce: &[u8; NONCE_BYTES],
+) -> Result<[u8; 32]> {
+    Ok(match (challenge.auth, token) {
+        (AUTH_TOKEN_HMAC_SHA256, Some(t)) => login_proof(t, &challenge.server_nonce, client_nonce),
+        (AUTH_TOKEN_HMAC_SHA256, None) => {
+            return Err(Error::Unauthenticated(format!(
+                "engine at {url} requires a token (--token-file, FERRITE_TOKEN or \
+                 FERRITE_TOKEN_FILE)"
+            )))
+        }
+        // No downgrade: every TCP listener of an engine asks for the token,
+        // so a TCP peer that does not is not one (or is misconfigured).
+        (AUTH_NONE, _) if tcp => {
+            return Err(Error::Unauthenticated(format!(
+                "engine at {url} offers no authentication over TCP; refusing to send \
+                 anything to it"
+            )))
+        }
+        _ => [0; 32],
+    })
+}
+
 fn handshake(stream: &mut Stream, url: &EngineUrl, opts: &ConnectOptions) -> Result<Session> {
     let gone = |e: std::io::Error| Error::Disconnected {
         url: url.to_string(),
@@ -335,24 +381,27 @@ fn handshake(stream: &mut Stream, url: &EngineUrl, opts: &ConnectOptions) -> Res
             },
         client_nonce,
     };
+    let tcp = matches!(stream, Stream::Tcp(_));
+    let token = opts.token.as_deref();
+    if let Some(t) = token {
+        check_token(t, "the client's token").map_err(|e| Error::Unauthenticated(e.to_string()))?;
+    }
     let mut frame = Vec::new();
     rpc::encode_request(1, &Request::Hello(hello), &mut frame);
-    stream.write_all(&frame).map_err(gone)?;
     let mut fds = Vec::new();
+    if let Err(e) = stream.write_all(&frame) {
+        // An engine that refused this peer at accept wrote why and closed:
+        // that reply beats "broken pipe".
+        return Err(match handshake_frame(stream, url, &mut fds) {
+            Ok(reply @ Reply::Error { .. }) => refused(url, reply, "a challenge"),
+            _ => gone(e),
+        });
+    }
     let challenge = match handshake_frame(stream, url, &mut fds)? {
         Reply::Challenge(c) => c,
         other => return Err(refused(url, other, "a challenge")),
     };
-    let token = opts.token.as_deref();
-    let proof = match (challenge.auth, token) {
-        (AUTH_TOKEN_HMAC_SHA256, Some(t)) => login_proof(t, &challenge.server_nonce, &client_nonce),
-        (AUTH_TOKEN_HMAC_SHA256, None) => {
-            return Err(Error::InvalidArgument(format!(
-                "engine at {url} requires a token (--token or FERRITE_TOKEN)"
-            )))
-        }
-        _ => [0; 32],
-    };
+    let proof = proof_for(url, tcp, &challenge, token, &client_nonce)?;
     frame.clear();
     rpc::encode_request(2, &Request::Login(Login { proof }), &mut frame);
     send_login(stream, &frame, bulk_fd).map_err(|e| Error::Disconnected {
@@ -366,10 +415,9 @@ fn handshake(stream: &mut Stream, url: &EngineUrl, opts: &ConnectOptions) -> Res
     };
     if let (AUTH_TOKEN_HMAC_SHA256, Some(t)) = (challenge.auth, token) {
         if welcome.server_proof != engine_proof(t, &challenge.server_nonce, &client_nonce) {
-            return Err(Error::Protocol {
-                url: url.to_string(),
-                detail: "engine does not hold the token (bad server proof)".into(),
-            });
+            return Err(Error::Unauthenticated(format!(
+                "engine at {url} does not hold the token (bad server proof)"
+            )));
         }
     }
     let attached = welcome.flags & WELCOME_FDS_ATTACHED != 0;

@@ -31,6 +31,11 @@ pub enum Error {
         detail: String,
     },
 
+    /// No usable token for a TCP engine, or an engine that does not prove
+    /// it holds the token (or offers no authentication at all).
+    #[error("authentication: {0}")]
+    Unauthenticated(String),
+
     /// The engine answered something this client does not understand.
     #[error("protocol error from engine at {url}: {detail}")]
     Protocol { url: String, detail: String },

@@ -30,7 +30,9 @@ const LIST_PAGE: u32 = 1024;
 /// How a [`Client`] connects and reads.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    /// Shared secret, required by engines listening on non-loopback TCP.
+    /// Shared secret every TCP listener requires. None: found at connect
+    /// by [`crate::auth::find_token`] (environment, then `./engine.token`).
+    /// Unused on the Unix socket, where the engine checks the peer's uid.
     pub token: Option<Vec<u8>>,
     /// Connections in the pool (requests are pipelined on each).
     pub connections: usize,
@@ -61,7 +63,7 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         Self {
-            token: std::env::var("FERRITE_TOKEN").ok().map(String::into_bytes),
+            token: None,
             connections: 2,
             one_sided: true,
             bucket_cache: 1 << 16,
@@ -174,7 +176,7 @@ pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 
 impl Client {
     /// Connects to `tcp://host:port` or `unix:///path` with default options
-    /// (token from `FERRITE_TOKEN` if set).
+    /// (over TCP, the token [`crate::auth::find_token`] finds).
     pub fn connect(url: &str) -> Result<Self> {
         Self::connect_with(url, ClientOptions::default())
     }
@@ -189,7 +191,7 @@ impl Client {
             .then(|| BulkArea::create(opts.bulk_slots).ok())
             .flatten();
         let first_opts = ConnectOptions {
-            token: opts.token.clone(),
+            token: crate::client::conn::token_for(&url, opts.token.clone())?,
             want_shm: opts.one_sided && is_loopback_shm(&url),
             bulk_fd: area.as_ref().map(|a| a.raw_fd()),
             reply_spin: opts.reply_spin,

@@ -45,7 +45,8 @@ impl EngineUrl {
         }
     }
 
-    /// True for Unix sockets and TCP to a loopback address (no token needed).
+    /// True for Unix sockets and TCP to a loopback address (the same host;
+    /// TCP needs the token all the same).
     pub fn is_loopback(&self) -> bool {
         match self {
             Self::Unix { .. } => true,

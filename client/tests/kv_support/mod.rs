@@ -58,6 +58,10 @@ pub struct EngineProc {
     pub dir: PathBuf,
     pub tcp: String,
     pub unix: String,
+    /// The engine's token file (its `token_file PATH` line) and token,
+    /// which TCP clients must prove.
+    pub token_file: PathBuf,
+    pub token: Vec<u8>,
 }
 
 impl EngineProc {
@@ -104,6 +108,7 @@ impl EngineProc {
             }
         });
         let (mut tcp, mut unix) = (String::new(), String::new());
+        let mut token_file = None;
         let (started, limit) = (Instant::now(), start_timeout());
         let mut seen: Vec<String> = Vec::new();
         loop {
@@ -138,17 +143,38 @@ impl EngineProc {
                     unix = url.to_string();
                 }
             }
+            if let Some(path) = line.strip_prefix("token_file ") {
+                token_file = Some(PathBuf::from(path));
+            }
             if line == "ready" {
                 break;
             }
             seen.push(line);
         }
+        let token_file = token_file.expect("the engine prints its token_file");
+        let token = ferrite_proto::rpc::handshake::read_token_file(&token_file)
+            .expect("the engine's token file");
         Self {
             child: Some(child),
             dir: dir.to_path_buf(),
             tcp,
             unix,
+            token_file,
+            token,
         }
+    }
+
+    /// Default client options holding this engine's token.
+    pub fn options(&self) -> ferrite_client::client::ClientOptions {
+        ferrite_client::client::ClientOptions {
+            token: Some(self.token.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// A client of `url` (either listener) with [`EngineProc::options`].
+    pub fn client(&self, url: &str) -> ferrite_client::client::Client {
+        ferrite_client::client::Client::connect_with(url, self.options()).expect("connect")
     }
 
     /// SIGKILL, no chance to flush.

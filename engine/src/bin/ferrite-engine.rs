@@ -6,7 +6,9 @@
 //! ferrite-engine --data-dir /tmp/f --task-slots 2   # its xstreams run job tasks too
 //! ```
 //!
-//! Prints one `listen URL` line per listener, one `region ...` line per
+//! Prints one `listen URL` line per listener, `token_file PATH` (the file
+//! holding the token TCP clients must prove, unless the config gives the
+//! token inline), one `region ...` line per
 //! exported region, `jobs ADDR` for the job service, then `ready`, on
 //! stdout. SIGTERM or SIGINT makes it
 //! stop listening, flush and checkpoint every target, and exit 0.
@@ -55,9 +57,18 @@ struct Args {
     /// Unix socket path ("" disables).
     #[arg(long)]
     unix: Option<String>,
-    /// File with the shared-secret token for TCP clients.
+    /// File with the shared-secret token for TCP clients (mode 0600;
+    /// default: DATA_DIR/engine.token, created on first start).
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Uids admitted on the Unix socket besides the engine's and root's,
+    /// comma separated (`[listen] allow_uids`).
+    #[arg(long, value_delimiter = ',')]
+    allow_uids: Option<Vec<u32>>,
+    /// Gids whose members (by primary gid) are admitted on the Unix socket
+    /// (`[listen] allow_gids`).
+    #[arg(long, value_delimiter = ',')]
+    allow_gids: Option<Vec<u32>>,
     /// One-sided read providers, comma separated: shm, tcp.
     #[arg(long, value_delimiter = ',')]
     providers: Option<Vec<String>>,
@@ -115,6 +126,12 @@ fn build_config(args: Args) -> Result<EngineConfig, String> {
     }
     if args.token_file.is_some() {
         c.listen.token_file = args.token_file;
+    }
+    if let Some(uids) = args.allow_uids {
+        c.listen.allow_uids = uids;
+    }
+    if let Some(gids) = args.allow_gids {
+        c.listen.allow_gids = gids;
     }
     if let Some(p) = args.providers {
         c.fabric.providers = p;
@@ -180,6 +197,11 @@ fn main() -> ExitCode {
     let signals = block_signals();
     let jobs_dir = config.data_dir.join("jobs");
     let task_slots = config.jobs.task_slots;
+    let token_file = match (&config.listen.token, &config.listen.token_file) {
+        (Some(_), _) => None,
+        (None, Some(file)) => Some(file.clone()),
+        (None, None) => Some(config.default_token_file()),
+    };
     let durability = config.durability;
     let engine = match Engine::start(config) {
         Ok(e) => e,
@@ -195,6 +217,9 @@ fn main() -> ExitCode {
     );
     for url in engine.urls() {
         println!("listen {url}");
+    }
+    if let Some(file) = token_file {
+        println!("token_file {}", file.display());
     }
     for d in engine.regions() {
         println!(

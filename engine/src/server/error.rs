@@ -34,6 +34,13 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// Another engine holds the data dir's lock file.
+    #[error("data dir {} is in use by another engine{}", dir.display(),
+        holder_pid.map_or(String::new(), |p| format!(" (pid {p})")))]
+    DataDirInUse {
+        dir: PathBuf,
+        holder_pid: Option<u32>,
+    },
     /// A region could not be registered with a provider.
     #[error("fabric: {0}")]
     Fabric(String),

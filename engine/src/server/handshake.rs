@@ -1,7 +1,9 @@
 //! The engine's side of the handshake (see `ferrite_proto::rpc::handshake`):
-//! Hello → Challenge, Login → Welcome. TCP connections must prove they hold
-//! the token when one is configured; on the Unix socket the file's
-//! permissions decide who may connect. A client on the Unix socket that asks
+//! Hello → Challenge, Login → Welcome. Every TCP connection must prove it
+//! holds the engine's token (there is always one: configured, or generated
+//! in the data dir); on the Unix socket the peer's credentials were checked
+//! at accept ([`super::listen::PeerPolicy`]) and the Challenge offers no
+//! token auth. A client on the Unix socket that asks
 //! for shm gets the regions' memory files with the Welcome (`SCM_RIGHTS`);
 //! one that offers a bulk region sends its memory file with the Login, and
 //! the engine maps it for the connection's life ([`super::bulk`]).
@@ -136,7 +138,7 @@ where
         (id, Request::Hello(h)) => (id, h),
         _ => return Err(refused(ErrorCode::Malformed, "bad Hello")),
     };
-    let auth = transport == Transport::Tcp && shared.token.is_some();
+    let auth = transport == Transport::Tcp;
     let mut server_nonce = [0u8; NONCE_BYTES];
     rand::thread_rng().fill_bytes(&mut server_nonce);
     let challenge = Reply::Challenge(Challenge {
@@ -163,8 +165,10 @@ where
         _ => return Err(refused(ErrorCode::Malformed, "bad Login")),
     };
     let mut server_proof = [0u8; PROOF_BYTES];
-    if let (true, Some(token)) = (auth, &shared.token) {
+    if auth {
+        let token = &shared.token;
         if !verify_login_proof(token, &server_nonce, &hello.client_nonce, &proof) {
+            tracing::warn!("tcp login refused: wrong token proof");
             return Err(refused(ErrorCode::Unauthenticated, "wrong token proof"));
         }
         server_proof = engine_proof(token, &server_nonce, &hello.client_nonce);

@@ -1,6 +1,13 @@
 //! Listeners: xstream 0 accepts TCP and Unix connections and hands each one
 //! to an xstream in turn (round robin), which serves it from then on.
+//!
+//! The Unix socket is made 0660 and checks each peer's credentials
+//! (`SO_PEERCRED`) at accept: the engine's own uid and root are admitted,
+//! and the uids and gids of `[listen] allow_uids` / `allow_gids`. A refused
+//! peer gets one Error frame (code 3, unauthenticated, request id 0) before
+//! anything else, and is logged with its uid, gid and pid.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::path::PathBuf;
@@ -12,8 +19,109 @@ use futures::FutureExt;
 use glommio::net::TcpListener;
 
 use super::conn::{serve, Transport};
+use super::datadir::{set_mode, SOCKET_MODE};
 use super::{ServerError, Shared};
+use crate::config::ListenConfig;
+use ferrite_proto::rpc::{self, ErrorCode, MessageType, Reply};
 use ferrite_xstream::{TaskClass, XstreamId};
+
+/// How long a refused Unix peer's error frame may take to write.
+const REFUSE_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Who may connect to the Unix socket, by the peer's credentials.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerPolicy {
+    engine_uid: u32,
+    uids: Vec<u32>,
+    gids: Vec<u32>,
+}
+
+/// A Unix peer's credentials, as `SO_PEERCRED` reports them (at connect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerCred {
+    pub(crate) pid: i32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+impl PeerPolicy {
+    pub(crate) fn new(listen: &ListenConfig) -> Self {
+        Self {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            engine_uid: unsafe { libc::geteuid() },
+            uids: listen.allow_uids.clone(),
+            gids: listen.allow_gids.clone(),
+        }
+    }
+
+    /// Root, the engine's uid, or a configured uid or gid.
+    pub(crate) fn admits(&self, peer: &PeerCred) -> bool {
+        peer.uid == 0
+            || peer.uid == self.engine_uid
+            || self.uids.contains(&peer.uid)
+            || self.gids.contains(&peer.gid)
+    }
+}
+
+/// The credentials of the peer of Unix socket `fd`.
+pub(crate) fn peer_cred(fd: &impl AsRawFd) -> std::io::Result<PeerCred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, a plain
+    // struct of that size, and the new length into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        pid: cred.pid,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// Checks a new Unix connection's peer; a refused one is told why (one
+/// Error frame) and logged. True when it may go on to the handshake.
+fn admit(conn: &mut std::os::unix::net::UnixStream, policy: &PeerPolicy) -> bool {
+    let message = match peer_cred(conn) {
+        Ok(peer) if policy.admits(&peer) => return true,
+        Ok(peer) => {
+            tracing::warn!(
+                uid = peer.uid,
+                gid = peer.gid,
+                pid = peer.pid,
+                "unix socket peer refused: uid not allowed (listen.allow_uids / allow_gids)"
+            );
+            format!(
+                "uid {} (gid {}) may not use this engine: not its uid, root, or in \
+                 listen.allow_uids / allow_gids",
+                peer.uid, peer.gid
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "unix socket peer refused: no peer credentials");
+            format!("peer credentials unavailable: {e}")
+        }
+    };
+    let mut out = Vec::new();
+    let reply = Reply::error(ErrorCode::Unauthenticated, message);
+    rpc::encode_reply(MessageType::Error, 0, &reply, &mut out);
+    let _ = conn.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
+    let _ = conn.write_all(&out);
+    false
+}
 
 /// Binds `addr` on the calling xstream and starts accepting; returns the
 /// bound address (the real port when `addr` had port 0).
@@ -79,6 +187,7 @@ impl UnixAcceptor {
             Err(e) => return Err(listen_error(e)),
         }
         let listener = std::os::unix::net::UnixListener::bind(&path).map_err(listen_error)?;
+        set_mode(&path, SOCKET_MODE, "chmod 0660 unix socket")?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
@@ -119,13 +228,16 @@ fn accept_unix(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let conn = match conn {
+        let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "unix accept failed");
                 continue;
             }
         };
+        if !admit(&mut conn, &shared.peers) {
+            continue;
+        }
         let fd = OwnedFd::from(conn);
         futures::executor::block_on(hand_over(shared, move |shared| async move {
             let raw = fd.into_raw_fd();

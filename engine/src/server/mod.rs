@@ -20,6 +20,7 @@
 
 mod bulk;
 mod conn;
+mod datadir;
 mod error;
 mod handshake;
 mod listen;
@@ -38,6 +39,7 @@ use futures::executor::block_on;
 
 pub use bulk::recvmsg_fds;
 pub(crate) use bulk::BulkSlice;
+pub use datadir::LOCK_FILE_NAME;
 pub use error::{Result, ServerError};
 
 use crate::config::EngineConfig;
@@ -54,7 +56,10 @@ pub(crate) struct Shared {
     pub(crate) read_only: Vec<AtomicBool>,
     pub(crate) shm: Option<ShmFabric>,
     pub(crate) tcp: Option<TcpFabric>,
-    pub(crate) token: Option<Vec<u8>>,
+    /// The token every TCP client must prove (never empty).
+    pub(crate) token: Vec<u8>,
+    /// Who the Unix socket admits ([`listen::PeerPolicy`]).
+    pub(crate) peers: listen::PeerPolicy,
     pub(crate) incarnation: u64,
     pub(crate) max_frame_bytes: usize,
     pub(crate) max_inflight: usize,
@@ -97,6 +102,8 @@ pub struct EngineHandle {
     unix: Option<PathBuf>,
     stops: Vec<oneshot::Sender<()>>,
     unix_acceptor: Option<listen::UnixAcceptor>,
+    /// Held for the engine's life: no second engine opens the data dir.
+    _dir_lock: datadir::DirLock,
     /// The verbs provider and its side channel (feature `rdma`).
     #[cfg(feature = "rdma")]
     #[allow(dead_code)] // held for its lifetime: stops the side channel on drop
@@ -204,13 +211,13 @@ impl Engine {
     /// regions, starts listening. Returns once it accepts connections.
     pub fn start(config: EngineConfig) -> Result<EngineHandle> {
         config.validate()?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::Path {
-            op: "create data dir",
-            path: config.data_dir.clone(),
-            source,
-        })?;
+        datadir::prepare(&config.data_dir)?;
+        let dir_lock = datadir::DirLock::take(&config.data_dir)?;
+        let token = datadir::token(&config)?;
+        datadir::raise_open_file_limit();
         let cores = config.resolve_cores()?;
         let (set, regions) = start_targets(&config, cores)?;
+        datadir::restrict_bdev_files(&config, set.len())?;
         let shm = match config.has_provider("shm") {
             true => Some(register_shm(&regions)?),
             false => None,
@@ -239,7 +246,8 @@ impl Engine {
             targets,
             shm,
             tcp,
-            token: config.token()?,
+            token,
+            peers: listen::PeerPolicy::new(&config.listen),
             incarnation: rand::random(),
             max_frame_bytes: config.limits.max_frame_bytes.0 as usize,
             max_inflight: config.limits.max_inflight_per_connection,
@@ -254,6 +262,7 @@ impl Engine {
             unix: None,
             stops: Vec::new(),
             unix_acceptor: None,
+            _dir_lock: dir_lock,
             #[cfg(feature = "rdma")]
             verbs,
         };
@@ -354,6 +363,12 @@ impl EngineHandle {
             urls.push(format!("unix://{}", p.display()));
         }
         urls
+    }
+
+    /// The token TCP clients must prove: what an embedded client passes
+    /// to its own engine.
+    pub fn token(&self) -> &[u8] {
+        &self.shared.token
     }
 
     /// Number of targets (= xstreams).

@@ -35,6 +35,9 @@ pub struct EngineProcess {
     pub dir: PathBuf,
     /// The job service's address (its `jobs ADDR` line), if it runs.
     pub jobs: Option<SocketAddr>,
+    /// The token TCP clients prove: read from the file of its
+    /// `token_file PATH` line (generated in `dir` unless `--token-file`).
+    pub token: Vec<u8>,
 }
 
 impl EngineProcess {
@@ -67,7 +70,7 @@ impl EngineProcess {
                 }
             }
         });
-        let (mut tcp, mut jobs) = (None, None);
+        let (mut tcp, mut jobs, mut token) = (None, None, None);
         loop {
             let Ok(line) = rx.recv_timeout(START_TIMEOUT) else {
                 // Do not leave the engine running behind a failed test.
@@ -77,6 +80,10 @@ impl EngineProcess {
             };
             if let Some(url) = line.strip_prefix("listen tcp://") {
                 tcp = Some(url.parse().expect("tcp address"));
+            }
+            if let Some(path) = line.strip_prefix("token_file ") {
+                let read = ferrite_proto::rpc::handshake::read_token_file(Path::new(path));
+                token = Some(read.expect("the engine's token file"));
             }
             if let Some(addr) = line.strip_prefix("jobs ") {
                 jobs = Some(addr.parse().expect("job service address"));
@@ -91,6 +98,7 @@ impl EngineProcess {
             unix,
             dir: dir.to_path_buf(),
             jobs,
+            token: token.expect("engine prints its token_file"),
         }
     }
 

@@ -13,6 +13,13 @@
 //! server_nonce)`: the token never crosses the wire, the nonces make every
 //! proof single-use, and the client can check that the engine holds the token
 //! too. Without auth both proofs are all zero.
+//!
+//! Every TCP listener requires the token; a Unix socket admits a peer by
+//! its credentials (`SO_PEERCRED`) and offers [`AUTH_NONE`]. A client that
+//! holds a token refuses a TCP engine offering [`AUTH_NONE`] (no
+//! downgrade). The token is the text of a token file ([`read_token_file`]),
+//! which the engine creates in its data dir ([`TOKEN_FILE_NAME`]) when none
+//! is configured.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -49,6 +56,62 @@ const LOGIN_LABEL: &[u8] = b"ferrite-login-v1";
 const ENGINE_LABEL: &[u8] = b"ferrite-engine-v1";
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// The token file an engine creates in its data dir when no token is
+/// configured: [`GENERATED_TOKEN_BYTES`] random bytes as lowercase hex and
+/// a newline, mode 0600.
+pub const TOKEN_FILE_NAME: &str = "engine.token";
+/// Random bytes behind a generated token (64 hex digits).
+pub const GENERATED_TOKEN_BYTES: usize = 32;
+
+/// Why a token or token file is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// An empty token (or a file holding only whitespace) proves nothing.
+    #[error("{0}: the token is empty")]
+    Empty(String),
+    /// A token file that others than its owner may read is no secret.
+    #[error("token file {path}: mode {mode:04o} lets group or others read it (chmod 600 it)")]
+    TooOpen { path: String, mode: u32 },
+    /// The file could not be read.
+    #[error("token file {path}: {reason}")]
+    Unreadable { path: String, reason: String },
+}
+
+/// Checks a token given as text or bytes (`what` names where it came from).
+pub fn check_token(token: &[u8], what: &str) -> Result<(), TokenError> {
+    if token.iter().all(u8::is_ascii_whitespace) {
+        return Err(TokenError::Empty(what.to_string()));
+    }
+    Ok(())
+}
+
+/// Reads a token file: its text with trailing whitespace cut. Refused when
+/// group or others may read, write or run it, or when it is empty.
+pub fn read_token_file(path: &std::path::Path) -> Result<Vec<u8>, TokenError> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = path.display().to_string();
+    let unreadable = |e: std::io::Error| TokenError::Unreadable {
+        path: shown.clone(),
+        reason: e.to_string(),
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mode = file.metadata().map_err(unreadable)?.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(TokenError::TooOpen { path: shown, mode });
+    }
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(&file, 64 << 10), &mut text)
+        .map_err(unreadable)?;
+    let len = text
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    text.truncate(len);
+    check_token(&text, &format!("token file {shown}"))?;
+    Ok(text)
+}
 
 fn keyed_hash(token: &[u8], label: &[u8], first: &[u8], second: &[u8]) -> HmacSha256 {
     // HMAC accepts keys of every length, so `new_from_slice` cannot fail.
@@ -257,5 +320,27 @@ mod tests {
         assert!(!verify_login_proof(b"secreT", &s, &c, &p));
         assert!(!verify_login_proof(b"secret", &c, &s, &p));
         assert_ne!(engine_proof(b"secret", &s, &c), p);
+    }
+
+    #[test]
+    fn token_files_that_others_read_or_that_are_empty_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(TOKEN_FILE_NAME);
+        std::fs::write(&path, "abc123\n").unwrap();
+        let set = |mode| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode));
+        set(0o600).unwrap();
+        assert_eq!(read_token_file(&path).unwrap(), b"abc123");
+        set(0o640).unwrap();
+        let e = read_token_file(&path).unwrap_err();
+        assert!(matches!(e, TokenError::TooOpen { mode: 0o640, .. }), "{e}");
+        set(0o604).unwrap();
+        assert!(read_token_file(&path).is_err());
+        set(0o600).unwrap();
+        std::fs::write(&path, " \n").unwrap();
+        assert!(matches!(read_token_file(&path), Err(TokenError::Empty(_))));
+        assert!(check_token(b"", "FERRITE_TOKEN").is_err());
+        let missing = read_token_file(&dir.path().join("none")).unwrap_err();
+        assert!(matches!(missing, TokenError::Unreadable { .. }));
     }
 }
