@@ -3,9 +3,17 @@
 //! A target keeps its bucket array and its in-memory record log ring in
 //! regions. Each region is an anonymous memory file (`memfd_create`, or a
 //! hugetlbfs-backed one with [`Region::new_hugetlb`]) mapped `MAP_SHARED`
-//! read-write into the engine. The server hands the file descriptor
-//! ([`Region::fd`]) to local clients over a Unix socket (`SCM_RIGHTS`), who map
-//! it read-only, and registers the mapping with the RDMA provider.
+//! read-write into the engine. The server hands a read-only descriptor of the
+//! file ([`Region::client_fd`]) to local clients over a Unix socket
+//! (`SCM_RIGHTS`), who map it read-only, and registers the mapping with the
+//! RDMA provider.
+//!
+//! Clients cannot change a region: once sized and mapped, its file is sealed
+//! ([`REGION_SEALS`]) against shrinking and growing (no `ftruncate`, so no
+//! access to the mapping can fault) and against any new write (`write(2)`,
+//! or a writable mapping, even through a descriptor reopened read-write by
+//! `/proc/self/fd`), while the engine keeps writing through the mapping it
+//! made before sealing; and the descriptor clients get is opened read-only.
 //!
 //! ```
 //! use ferrite_engine::region::Region;
@@ -27,12 +35,23 @@ use std::ptr::NonNull;
 /// Huge page size used for hugetlbfs regions.
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
+/// `F_SEAL_FUTURE_WRITE` (Linux 5.1; not in every libc version): no new
+/// write or writable mapping, while mappings made before keep writing.
+const F_SEAL_FUTURE_WRITE: libc::c_int = 0x0010;
+
+/// Seals every region's file carries once it is sized and mapped: no size
+/// change, no write but through the engine's own mapping, no more seals.
+pub const REGION_SEALS: libc::c_int =
+    libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
+
 /// A shared, file-backed memory region.
 pub struct Region {
     id: u32,
     len: usize,
     ptr: NonNull<u8>,
     fd: OwnedFd,
+    /// The same file opened read-only: what clients get.
+    client_fd: OwnedFd,
     hugetlb: bool,
 }
 
@@ -81,7 +100,7 @@ impl Region {
         let len = len.div_ceil(page) * page;
         let cname = CString::new(format!("ferrite-{name}"))
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "region name has a NUL"))?;
-        let mut flags = libc::MFD_CLOEXEC;
+        let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
         if hugetlb {
             flags |= libc::MFD_HUGETLB;
         }
@@ -108,11 +127,21 @@ impl Region {
             }
             e
         })?;
+        let sealed = seal(fd.as_fd()).and_then(|()| reopen_read_only(fd.as_fd()));
+        let client_fd = match sealed {
+            Ok(ro) => ro,
+            Err(e) => {
+                // SAFETY: ptr/len is the mapping just made; nothing uses it.
+                unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+                return Err(e);
+            }
+        };
         Ok(Self {
             id,
             len,
             ptr,
             fd,
+            client_fd,
             hugetlb,
         })
     }
@@ -152,13 +181,48 @@ impl Region {
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
-    /// The memory file, to pass to clients or register with a provider.
+    /// The memory file as the engine opened it (read-write; sealed against
+    /// new writes, so only the engine's own mapping writes it).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+    /// A read-only descriptor of the memory file: the one to pass to
+    /// clients (they can map it read-only, nothing else).
+    pub fn client_fd(&self) -> BorrowedFd<'_> {
+        self.client_fd.as_fd()
+    }
+}
+
+/// Adds [`REGION_SEALS`] to memory file `fd`.
+fn seal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl on a valid descriptor with an int argument.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, REGION_SEALS) } != 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("sealing a region: {e}")));
+    }
+    Ok(())
+}
+
+/// The file behind `fd` opened anew, read-only (by `/proc/self/fd`): a
+/// descriptor that cannot write, map writable or truncate whatever the
+/// file's own seals.
+pub(crate) fn reopen_read_only(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|_| io::Error::other("fd path has a NUL"))?;
+    // SAFETY: path is a valid C string; the result is checked.
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(
+            e.kind(),
+            format!("reopening a region read-only: {e}"),
+        ));
+    }
+    // SAFETY: raw is a freshly opened descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 impl Drop for Region {
@@ -225,7 +289,7 @@ mod tests {
     fn second_mapping_sees_writes() {
         let r = Region::new(1, "t", 5000).unwrap();
         assert_eq!(r.len(), 8192);
-        let ro = map_readonly(r.fd(), r.len()).unwrap();
+        let ro = map_readonly(r.client_fd(), r.len()).unwrap();
         // SAFETY: both mappings are r.len() bytes.
         unsafe {
             r.as_ptr().add(4097).write(0xab);
@@ -256,6 +320,59 @@ mod tests {
         assert!(bytes.iter().all(|&b| b == 0));
     }
 
+    /// What a client can do with a region's file through `fd`: each of
+    /// write(2), a writable shared mapping and ftruncate(0), with whether
+    /// it succeeded.
+    fn attempts(fd: BorrowedFd<'_>, len: usize) -> [(&'static str, bool); 3] {
+        let raw = fd.as_raw_fd();
+        // SAFETY: writes one byte from a live buffer to a valid fd.
+        let wrote = unsafe { libc::pwrite(raw, [1u8].as_ptr().cast(), 1, 0) } == 1;
+        let mapped = map_shared(fd, len, true).map(|p| {
+            // SAFETY: the mapping was just made, len bytes.
+            unsafe { libc::munmap(p.as_ptr().cast(), len) };
+        });
+        // SAFETY: ftruncate on a valid fd.
+        let truncated = unsafe { libc::ftruncate(raw, 0) } == 0;
+        [
+            ("write", wrote),
+            ("mmap writable", mapped.is_ok()),
+            ("ftruncate", truncated),
+        ]
+    }
+
+    /// Neither the descriptor clients get nor the engine's own read-write
+    /// one reopened (as a client could, by /proc/self/fd) writes, maps
+    /// writable or truncates the file; the engine's mapping still writes,
+    /// and a read-only mapping of the client fd sees it.
+    #[test]
+    fn clients_cannot_write_map_writable_or_truncate() {
+        let r = Region::new(1, "t", 8192).unwrap();
+        for (what, ok) in attempts(r.client_fd(), r.len()) {
+            assert!(!ok, "{what} through the client fd succeeded");
+        }
+        let path = CString::new(format!("/proc/self/fd/{}", r.client_fd().as_raw_fd())).unwrap();
+        // SAFETY: valid C string; result checked.
+        let rw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        assert!(rw >= 0, "reopen: {}", io::Error::last_os_error());
+        // SAFETY: rw is a fresh descriptor we own.
+        let rw = unsafe { OwnedFd::from_raw_fd(rw) };
+        for (what, ok) in attempts(rw.as_fd(), r.len()) {
+            assert!(!ok, "{what} through a reopened read-write fd succeeded");
+        }
+        // SAFETY: fstat into a zeroed stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::fstat(r.raw_fd(), &mut st) }, 0);
+        assert_eq!(st.st_size as usize, r.len(), "size unchanged");
+        let ro = map_readonly(r.client_fd(), r.len()).unwrap();
+        // SAFETY: both mappings are r.len() bytes.
+        unsafe {
+            r.as_ptr().add(8191).write(0x77);
+            assert_eq!(ro.as_ptr().add(8191).read_volatile(), 0x77);
+            unmap_readonly(ro, r.len());
+        }
+        r.populate().unwrap();
+    }
+
     #[test]
     fn zero_length_is_refused() {
         assert!(Region::new(1, "t", 0).is_err());
@@ -281,7 +398,7 @@ mod tests {
         let r = Region::new_hugetlb(1, "t", 5000).unwrap();
         assert!(r.is_hugetlb());
         assert_eq!(r.len(), HUGE_PAGE_BYTES);
-        let ro = map_readonly(r.fd(), r.len()).unwrap();
+        let ro = map_readonly(r.client_fd(), r.len()).unwrap();
         // SAFETY: both mappings are r.len() bytes.
         unsafe {
             r.as_ptr().add(HUGE_PAGE_BYTES - 1).write(0x5a);

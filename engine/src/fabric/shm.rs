@@ -1,6 +1,8 @@
 //! The `shm` provider: regions are memory files handed to local clients over
 //! the Unix socket (`SCM_RIGHTS`), which map them read-only. A one-sided read
 //! is a load from the client's mapping; the engine does nothing per read.
+//! Every descriptor handed out is read-only ([`ShmExport::raw_fd`]): a
+//! client can map it for reading and do nothing else with it.
 //!
 //! Besides memory regions it exports files: the log area of a target's
 //! device file (`RegionKind::DeviceLog`), passed as a read-only descriptor
@@ -33,10 +35,11 @@ pub enum ShmExport {
 }
 
 impl ShmExport {
-    /// The descriptor to send (alive as long as `self`).
+    /// The descriptor to send (alive as long as `self`): read-only, a
+    /// memory region's [`Region::client_fd`] or the file opened read-only.
     pub fn raw_fd(&self) -> RawFd {
         match self {
-            Self::Region(r) => r.raw_fd(),
+            Self::Region(r) => r.client_fd().as_raw_fd(),
             Self::File(f) => f.as_raw_fd(),
         }
     }
@@ -67,6 +70,13 @@ impl ShmFabric {
         descriptor.validate().map_err(|e| bad(e.to_string()))?;
         if descriptor.kind != RegionKind::DeviceLog || descriptor.provider != Provider::Shm {
             return Err(bad(format!("{descriptor:?} is not an shm device log")));
+        }
+        // SAFETY: F_GETFL on a descriptor the file keeps open.
+        let mode = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        if mode < 0 || mode & libc::O_ACCMODE != libc::O_RDONLY {
+            return Err(bad(format!(
+                "{descriptor:?}: the file is not opened read-only (clients get this descriptor)"
+            )));
         }
         let size = file.metadata().map_err(|e| bad(e.to_string()))?.len();
         if descriptor.remote_addr + descriptor.length > size {
@@ -145,12 +155,45 @@ mod tests {
         }
     }
 
+    /// A file of 64 KiB of zeros, and the same file opened read-only.
+    fn file_pair() -> (std::fs::File, std::fs::File) {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&[0u8; 64 << 10]).unwrap();
+        let path = format!("/proc/self/fd/{}", f.as_raw_fd());
+        let ro = std::fs::File::open(path).unwrap();
+        (f, ro)
+    }
+
+    /// A device log is exported only from a read-only descriptor, and
+    /// memory regions are sent by their read-only descriptor.
+    #[test]
+    fn only_read_only_descriptors_are_exported() {
+        let fabric = ShmFabric::default();
+        let (rw, ro) = file_pair();
+        let err = fabric
+            .register_file(Arc::new(rw), device_log(0, 0, 4096))
+            .unwrap_err();
+        assert!(err.to_string().contains("read-only"), "{err}");
+        fabric
+            .register_file(Arc::new(ro), device_log(0, 0, 4096))
+            .unwrap();
+        let region = Arc::new(Region::new(1, "t", 4096).unwrap());
+        let log = RegionDescriptor {
+            kind: RegionKind::Log,
+            ..device_log(1, 0, 4096)
+        };
+        fabric.register(region.clone(), log).unwrap();
+        for (export, _) in fabric.exports() {
+            // SAFETY: F_GETFL on a live descriptor.
+            let mode = unsafe { libc::fcntl(export.raw_fd(), libc::F_GETFL) };
+            assert_eq!(mode & libc::O_ACCMODE, libc::O_RDONLY);
+        }
+    }
+
     #[test]
     fn device_logs_are_exported_in_id_order_and_checked() {
         let fabric = ShmFabric::default();
-        let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&[0u8; 64 << 10]).unwrap();
-        let f = Arc::new(f);
+        let f = Arc::new(file_pair().1);
         let region = Arc::new(Region::new(1, "t", 4096).unwrap());
         let log = RegionDescriptor {
             kind: RegionKind::Log,
