@@ -55,6 +55,13 @@ fn fill(path: &Path, max: usize) -> usize {
     panic!("the file system never filled");
 }
 
+/// Frees the last `bytes` of the filler: room for part of a commit.
+fn shrink(path: &Path, bytes: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    f.set_len(len.saturating_sub(bytes)).unwrap();
+}
+
 fn key(i: u32) -> [u8; 4] {
     i.to_le_bytes()
 }
@@ -88,7 +95,7 @@ fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
 /// Phase 1 on a fresh store: acknowledged updates, the file system filled,
 /// refused updates, reads, space returned, updates again. Returns what was
 /// acknowledged and the keys refused.
-async fn fill_and_recover(spec: String, filler: PathBuf) -> (HashMap<u32, Vec<u8>>, Vec<u32>) {
+async fn fill_and_recover(spec: String, filler: PathBuf) -> Outcome {
     let s = Store::open(ferrite_bdev::open(&spec).unwrap(), StoreConfig::small())
         .await
         .unwrap();
@@ -135,24 +142,69 @@ async fn fill_and_recover(spec: String, filler: PathBuf) -> (HashMap<u32, Vec<u8
 
 #[test]
 fn a_full_file_system_refuses_updates_and_recovers_when_space_returns() {
-    let Some(fs) = Tmpfs::mount("24m") else {
-        eprintln!("skipped: cannot mount a tmpfs (needs root)");
-        return;
-    };
-    let spec = format!(
-        "uring:{}?size=32M&direct=0",
-        fs.path().join("store.img").display()
+    on_full_tmpfs(fill_and_recover);
+}
+
+/// Eight writers at once against a file system with room for part of a
+/// group commit: some commits land in part before one of their writes is
+/// refused. Every update is acknowledged or refused with `NoSpace`; after
+/// space returns and a reopen, exactly the acknowledged ones are there.
+async fn concurrent_writers(spec: String, filler: PathBuf) -> Outcome {
+    let s = std::rc::Rc::new(
+        Store::open(ferrite_bdev::open(&spec).unwrap(), StoreConfig::small())
+            .await
+            .unwrap(),
     );
-    let filler = fs.path().join("filler");
-    let s1 = spec.clone();
-    let (acked, refused) = run(move || {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || fill_and_recover(s1, filler))
-            .unwrap()
-            .join()
-            .unwrap()
-    });
-    let s2 = spec.clone();
+    fill(&filler, 4096);
+    shrink(&filler, 100 << 10);
+    let tasks: Vec<_> = (0..8u32)
+        .map(|t| {
+            let s = s.clone();
+            glommio::spawn_local(async move {
+                let (mut acked, mut refused) = (Vec::new(), Vec::new());
+                for i in 0..100 {
+                    let k = t * 1000 + i;
+                    match update(&s, k).await {
+                        Ok(_) => acked.push(k),
+                        Err(StoreError::NoSpace { .. }) => refused.push(k),
+                        Err(e) => panic!("update {k} on a full file system: {e}"),
+                    }
+                }
+                (acked, refused)
+            })
+        })
+        .collect();
+    let (mut acked, mut refused) = (HashMap::new(), Vec::new());
+    for t in tasks {
+        let (a, r) = t.await;
+        acked.extend(a.into_iter().map(|k| (k, value(k))));
+        refused.extend(r);
+    }
+    assert!(
+        !refused.is_empty(),
+        "no update was refused on a full file system"
+    );
+    assert!(!s.stats().poisoned, "a full file system poisoned the store");
+    for k in &refused {
+        assert_eq!(fetch(&s, *k).await, None, "refused key {k} is visible");
+    }
+    std::fs::remove_file(&filler).unwrap();
+    for i in 9000..9100 {
+        update(&s, i).await.unwrap();
+        acked.insert(i, value(i));
+    }
+    s.sync().await.unwrap();
+    (acked, refused)
+}
+
+#[test]
+fn concurrent_writers_on_a_file_system_with_room_for_part_of_a_commit() {
+    on_full_tmpfs(concurrent_writers);
+}
+
+/// Reopens the store and checks that exactly the acknowledged keys are there.
+fn check_after_reopen(spec: String, acked: HashMap<u32, Vec<u8>>, refused: Vec<u32>) {
+    let s2 = spec;
     run(move || {
         glommio::LocalExecutorBuilder::default()
             .spawn(move || async move {
@@ -174,5 +226,35 @@ fn a_full_file_system_refuses_updates_and_recovers_when_space_returns() {
             .join()
             .unwrap()
     });
+}
+
+/// What a case returns: the acknowledged keys and values, the refused keys.
+type Outcome = (HashMap<u32, Vec<u8>>, Vec<u32>);
+
+/// Runs `case` (given the bdev spec and the filler's path) on a store on a
+/// fresh tmpfs, then checks the outcome after a reopen.
+fn on_full_tmpfs<F, Fut>(case: F)
+where
+    F: FnOnce(String, PathBuf) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Outcome> + 'static,
+{
+    let Some(fs) = Tmpfs::mount("24m") else {
+        eprintln!("skipped: cannot mount a tmpfs (needs root)");
+        return;
+    };
+    let spec = format!(
+        "uring:{}?size=32M&direct=0",
+        fs.path().join("store.img").display()
+    );
+    let filler = fs.path().join("filler");
+    let s1 = spec.clone();
+    let (acked, refused) = run(move || {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || case(s1, filler))
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    check_after_reopen(spec, acked, refused);
     drop(fs);
 }
