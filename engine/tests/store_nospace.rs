@@ -125,6 +125,17 @@ async fn fill_and_recover(spec: String, filler: PathBuf) -> Outcome {
         "no update was refused on a full file system"
     );
     assert!(!s.stats().poisoned, "a full file system poisoned the store");
+    // Both checkpoint areas: one may never have been written.
+    for _ in 0..2 {
+        match s.checkpoint().await {
+            Ok(_) | Err(StoreError::NoSpace { .. }) => {}
+            Err(e) => panic!("checkpoint on a full file system: {e}"),
+        }
+    }
+    assert!(
+        !s.stats().poisoned,
+        "a checkpoint on a full file system poisoned the store"
+    );
     for (k, v) in &acked {
         assert_eq!(fetch(&s, *k).await.as_ref(), Some(v), "key {k} while full");
     }
