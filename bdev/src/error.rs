@@ -43,8 +43,42 @@ pub enum BdevError {
         #[source]
         source: std::io::Error,
     },
+    /// The file system under a file device has no room for the write
+    /// (`ENOSPC`, or a write cut short): nothing past what completed
+    /// reached the device, and it may succeed once space returns.
+    #[error("{device}: {op} at offset {offset}: no space left on device")]
+    NoSpace {
+        device: String,
+        op: &'static str,
+        offset: u64,
+    },
     #[error("{device}: {op} is not supported by this device")]
     Unsupported { device: String, op: &'static str },
     #[error("{device}: {reason}")]
     Other { device: String, reason: String },
+}
+
+impl BdevError {
+    /// The error of a failed `op` at `offset` on `device`: [`BdevError::NoSpace`]
+    /// for `ENOSPC`, else [`BdevError::Io`].
+    pub fn io(device: &str, op: &'static str, offset: u64, source: std::io::Error) -> Self {
+        if source.raw_os_error() == Some(libc::ENOSPC) {
+            return Self::NoSpace {
+                device: device.to_string(),
+                op,
+                offset,
+            };
+        }
+        Self::Io {
+            device: device.to_string(),
+            op,
+            offset,
+            source,
+        }
+    }
+
+    /// Is this a write refused for lack of space ([`BdevError::NoSpace`])?
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Self::NoSpace { .. })
+    }
 }

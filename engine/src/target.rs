@@ -108,7 +108,8 @@ fn store_error(e: StoreError) -> Reply {
         StoreError::Device { .. } | StoreError::Corrupt { .. } => ErrorCode::Io,
         StoreError::IndexFull { .. }
         | StoreError::LogFull { .. }
-        | StoreError::CheckpointTooLarge { .. } => ErrorCode::NoSpace,
+        | StoreError::CheckpointTooLarge { .. }
+        | StoreError::NoSpace { .. } => ErrorCode::NoSpace,
         _ => ErrorCode::Internal,
     };
     Reply::error(code, e.to_string())

@@ -186,13 +186,9 @@ impl UringChannel {
             };
             match n {
                 n if n > 0 => done += n as usize,
-                0 => {
-                    return Err(self.io_error(
-                        Op::Write,
-                        offset,
-                        std::io::Error::new(std::io::ErrorKind::WriteZero, "short write"),
-                    ))
-                }
+                // A regular file takes less than asked only when its file
+                // system is full.
+                0 => return Err(self.io_error(Op::Write, offset, no_space())),
                 _ => {
                     let e = std::io::Error::last_os_error();
                     if e.kind() != std::io::ErrorKind::Interrupted {
@@ -384,12 +380,7 @@ impl UringChannel {
     }
 
     fn io_error(&self, op: Op, offset: u64, source: std::io::Error) -> BdevError {
-        BdevError::Io {
-            device: self.name.to_string(),
-            op: op.name(),
-            offset,
-            source,
-        }
+        BdevError::io(&self.name, op.name(), offset, source)
     }
 
     async fn fallocate(&self, name: &'static str, offset: u64, len: u64, mode: i32) -> Result<()> {
@@ -549,6 +540,10 @@ impl UringOp<'_> {
             Op::Read | Op::Write | Op::WriteDirect | Op::WriteDurable
         ) && result as usize != self.expected
         {
+            if !matches!(op, Op::Read) {
+                // A write cut short: the file system is full.
+                return Err(self.channel.io_error(op, offset, no_space()));
+            }
             let e = std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
                 format!("short {}: {result} of {} bytes", op.name(), self.expected),
@@ -749,3 +744,8 @@ impl Channel for UringChannel {
 
 #[cfg(test)]
 mod tests;
+
+/// The error of a write the file system cut short (it had no room).
+fn no_space() -> std::io::Error {
+    std::io::Error::from_raw_os_error(libc::ENOSPC)
+}

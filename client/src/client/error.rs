@@ -48,6 +48,12 @@ pub enum Error {
         message: String,
     },
 
+    /// The engine has no room for the update (its device's file system is
+    /// full, or its log or index is): it was not applied. Reads still
+    /// work, and the same update succeeds once space returns.
+    #[error("{op}: {message}")]
+    NoSpace { op: &'static str, message: String },
+
     /// A conditional update found another version.
     #[error("conditional update failed: expected version {expected}, found {found:?}")]
     VersionMismatch { expected: u64, found: Option<u64> },
@@ -108,5 +114,20 @@ impl Error {
     /// True when the engine is unreachable or went away mid-request.
     pub fn is_disconnect(&self) -> bool {
         matches!(self, Self::Disconnected { .. } | Self::Connect { .. })
+    }
+}
+
+impl Error {
+    /// The error of a request `op` the engine refused with `code`:
+    /// [`Error::NoSpace`] for `NoSpace`, else [`Error::Remote`].
+    pub fn refused(op: &'static str, code: ferrite_proto::rpc::ErrorCode, message: String) -> Self {
+        match code {
+            ferrite_proto::rpc::ErrorCode::NoSpace => Error::NoSpace { op, message },
+            _ => Error::Remote {
+                op,
+                status: code as u16,
+                message,
+            },
+        }
     }
 }

@@ -6,11 +6,7 @@ use crate::client::error::{Error, Result};
 
 pub(crate) fn unexpected(op: &'static str, other: Reply) -> Error {
     match other {
-        Reply::Error { code, message } => Error::Remote {
-            op,
-            status: code as u16,
-            message,
-        },
+        Reply::Error { code, message } => Error::refused(op, code, message),
         other => Error::Protocol {
             url: String::new(),
             detail: format!("{op} answered with {other:?}"),

@@ -159,6 +159,11 @@ impl Store {
         match self.chan.write(area, buf).await {
             Ok(buf) if !buf.is_pooled() => self.checkpoint_bufs.borrow_mut().1 = Some(buf),
             Ok(_) => {}
+            // The older checkpoint stays the newest valid one (a torn
+            // one fails its checks): nothing is lost, so no poison.
+            Err(ferrite_bdev::BdevError::NoSpace { op, .. }) => {
+                return Err(self.no_space_error(op, area));
+            }
             Err(e) => {
                 self.set_poison(format!("checkpoint write: {e}"));
                 return Err(self.device_error("checkpoint write", e));

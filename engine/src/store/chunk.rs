@@ -62,6 +62,9 @@ impl Store {
         };
         let bufs = match written {
             Ok(b) => b,
+            Err(ferrite_bdev::BdevError::NoSpace { op, .. }) => {
+                return Err(self.no_space_error(op, offset));
+            }
             Err(e) => {
                 self.set_poison(format!("log write at {offset}: {e}"));
                 return Err(self.device_error("log write", e));

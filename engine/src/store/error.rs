@@ -17,6 +17,18 @@ pub enum StoreError {
         #[source]
         source: BdevError,
     },
+    /// The file system under the device had no room for a group commit:
+    /// its updates were not applied (nothing of them is published or
+    /// replayed) and the store goes on serving; later writes succeed once
+    /// space returns.
+    #[error(
+        "no space left on {device}: {op} at offset {offset} failed; the update was not applied"
+    )]
+    NoSpace {
+        device: String,
+        op: &'static str,
+        offset: u64,
+    },
     /// An earlier write or flush failed; the store refuses writes until it is
     /// reopened (what reached the media is unknown).
     #[error("store on {device} is poisoned by an earlier failure ({cause}); reopen it")]

@@ -142,6 +142,9 @@ pub(crate) struct LogState {
     /// The hot head filled its last segment with big commits: slots are
     /// not prepared ([`Store::prepare_next`]).
     pub big_commits: bool,
+    /// What a group commit that fails for lack of space rolls back to
+    /// (`nospace.rs`).
+    pub undo: super::nospace::Undo,
 }
 
 impl LogState {
@@ -312,6 +315,7 @@ impl Store {
             let n = p.addr / seg;
             let born = log.head;
             log.slots.occupy(n, born);
+            log.undo.opened.push((n % self.geo.slots()) as usize);
             self.prepare_next(log, n, cold.is_none());
             if cold.is_some() {
                 log.cold = Some(ColdSeg {
@@ -527,14 +531,21 @@ impl Store {
     /// durable (written, and flushed under [`Durability::Device`]) and
     /// published. See [`Store::wait_committed`].
     pub(crate) async fn wait_durable(&self, seq: u64) -> Result<()> {
-        self.wait_committed(|l| l.committed_appends >= seq).await
+        self.wait_committed(|l| l.committed_appends >= seq).await?;
+        self.check_not_dropped(seq - 1, seq)
     }
 
     /// Returns once every record appended so far (cold ones too) is
     /// durable and published.
+    /// Fails with `NoSpace` if any of them was dropped by a commit that
+    /// found no space (the caller cannot tell whether its own were).
     pub(crate) async fn wait_all_durable(&self) -> Result<()> {
-        let want = self.log.borrow().appends;
-        self.wait_committed(|l| l.committed_appends >= want).await
+        let (floor, want) = {
+            let log = self.log.borrow();
+            (log.committed_appends, log.appends)
+        };
+        self.wait_committed(|l| l.committed_appends >= want).await?;
+        self.check_not_dropped(floor, want)
     }
 
     /// Returns once `done` holds, committing (as the leader) or waiting for
@@ -677,10 +688,20 @@ impl Store {
                 log.durable = log.head;
                 log.committed_appends = log.appends;
                 log.cold_unwritten = 0;
+                let mark = super::nospace::Mark::of(&log);
+                log.undo.committed(mark, usize::MAX);
                 return Ok(());
             }
             (log.unwritten.clone(), log.pending.len(), log.head)
         };
+        let (mark, opened, tails) = {
+            let log = self.log.borrow();
+            let m = super::nospace::Mark::of(&log);
+            (m, log.undo.opened.len(), log.tail_blocks.clone())
+        };
+        if let Err(e) = self.scrub_failed().await {
+            return Err(self.commit_failed(e, &[], tails));
+        }
         let (appends, cold) = {
             let log = self.log.borrow();
             (log.appends, log.cold_unwritten)
@@ -704,12 +725,21 @@ impl Store {
         // (Channel::write_durable): they run at once, so the commit waits
         // for one device round trip, not a write and then a flush.
         let durable = device && chunks.len() <= DURABLE_WRITES_MAX;
+        // Every write is let finish before a failure is acted on: one
+        // still in flight could land after a rollback's rewrite.
         let writes = (chunks.into_iter()).map(|(at, to)| self.write_chunk(at, to, durable));
-        futures::future::try_join_all(writes).await?;
+        let results = futures::future::join_all(writes).await;
+        if let Some(e) = results.into_iter().find_map(|r| r.err()) {
+            return Err(self.commit_failed(e, &ranges, tails));
+        }
         if durable {
             self.note_flushed(appends);
         } else if device {
             if let Err(e) = self.chan.flush().await {
+                if e.is_no_space() {
+                    let e = self.no_space_error("log flush", 0);
+                    return Err(self.commit_failed(e, &ranges, tails));
+                }
                 self.set_poison(format!("log flush: {e}"));
                 return Err(self.device_error("flush", e));
             }
@@ -728,6 +758,7 @@ impl Store {
             log.durable = head;
             log.committed_appends = appends;
             log.cold_unwritten -= cold;
+            log.undo.committed(mark, opened);
         }
         let mut c = self.counters.borrow_mut();
         c.commits += 1;

@@ -70,6 +70,7 @@ mod format;
 mod keeper;
 mod log;
 mod many;
+mod nospace;
 mod ops;
 mod prepare;
 mod recover;
@@ -578,7 +579,7 @@ impl Store {
         }
     }
 
-    fn set_poison(&self, cause: String) {
+    pub(crate) fn set_poison(&self, cause: String) {
         let mut p = self.poison.borrow_mut();
         if p.is_none() {
             tracing::error!(device = %self.device, %cause, "store poisoned");
@@ -588,7 +589,11 @@ impl Store {
         self.head_watch.wake_all();
     }
 
-    fn device_error(&self, op: &'static str, source: ferrite_bdev::BdevError) -> StoreError {
+    pub(crate) fn device_error(
+        &self,
+        op: &'static str,
+        source: ferrite_bdev::BdevError,
+    ) -> StoreError {
         StoreError::Device {
             device: self.device.clone(),
             op,
