@@ -89,7 +89,7 @@ pub struct EngineConfig {
 }
 
 /// The engine's part in DAG jobs.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JobsConfig {
     /// Execution streams this engine offers the resource manager, next to
@@ -99,6 +99,19 @@ pub struct JobsConfig {
     /// a thread of their own). 0, the default, leaves tasks to
     /// workers, so job tasks never compete with client I/O unless asked.
     pub task_slots: u32,
+    /// Whether jobs may have `exec` steps (commands run as the engine's
+    /// user, for submitters holding the token). `false`: a job with one is
+    /// refused at submit.
+    pub exec: bool,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        Self {
+            task_slots: 0,
+            exec: true,
+        }
+    }
 }
 
 /// Where to listen.

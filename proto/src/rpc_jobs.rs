@@ -33,6 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::key::RecordKey;
 
+pub mod auth;
+
 /// Container that holds every job's task records and outputs.
 pub const JOBS_CONTAINER: u64 = 0x4a4f_4253; // "JOBS"
 /// akey of a task's definition record.

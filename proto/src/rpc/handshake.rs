@@ -50,7 +50,7 @@ const ENGINE_LABEL: &[u8] = b"ferrite-engine-v1";
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn keyed_hash(token: &[u8], label: &[u8], first: &[u8], second: &[u8]) -> HmacSha256 {
+pub(crate) fn keyed_hash(token: &[u8], label: &[u8], first: &[u8], second: &[u8]) -> HmacSha256 {
     // HMAC accepts keys of every length, so `new_from_slice` cannot fail.
     let mut mac = match HmacSha256::new_from_slice(token) {
         Ok(m) => m,
