@@ -138,6 +138,11 @@ pub enum Step {
         env: BTreeMap<String, String>,
         #[serde(default)]
         cwd: Option<String>,
+        /// Seconds the command may run before its process group is killed
+        /// and the step fails ("timed out after N s"); default
+        /// `tasks::EXEC_TIMEOUT_S` (3600).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_s: Option<u64>,
     },
     /// Writes `count` values of `size_bytes` under keys `prefix{i}`.
     Put {
