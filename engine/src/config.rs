@@ -32,6 +32,7 @@
 //!
 //! [jobs]
 //! task_slots = 0                          # execution streams the engine offers to jobs
+//! exec = true                             # false refuses jobs with exec steps (--no-exec)
 //! ```
 //!
 //! ```
@@ -437,6 +438,14 @@ mod tests {
         assert_eq!(c.token().unwrap(), Some(b"s3cret".to_vec()));
         assert!(!c.has_provider("shm"));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn jobs_exec_is_on_by_default_and_can_be_turned_off() {
+        // Guards the [jobs] exec key: absent means on, `false` turns it off.
+        assert!(EngineConfig::default().jobs.exec);
+        let off = EngineConfig::from_toml_str("[jobs]\nexec = false\n").unwrap();
+        assert!(!off.jobs.exec);
     }
 
     #[test]
