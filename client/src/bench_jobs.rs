@@ -145,8 +145,11 @@ impl Drop for Workers {
 fn spawn_workers(
     o: &BenchJobsOptions,
     addr: &str,
+    token: &[u8],
     dir: &std::path::Path,
 ) -> Result<Workers, JobsError> {
+    use std::os::unix::ffi::OsStrExt;
+    let token = std::ffi::OsStr::from_bytes(token);
     let bin = std::env::var_os("FERRITE_BIN")
         .map(PathBuf::from)
         .or_else(|| std::env::current_exe().ok())
@@ -165,6 +168,7 @@ fn spawn_workers(
             .args(["--task-state", &o.task_state.to_string()])
             .arg("--state-dir")
             .arg(dir.join(format!("w{w}")))
+            .env("FERRITE_TOKEN", token)
             .stdin(Stdio::null())
             .spawn()
             .map_err(JobsError::io("spawn worker"))?;
@@ -173,14 +177,19 @@ fn spawn_workers(
     Ok(children)
 }
 
-/// Runs the benchmark against `addr` with worker processes it starts.
-pub fn run_against(o: &BenchJobsOptions, addr: &str) -> Result<BenchJobsReport, JobsError> {
+/// Runs the benchmark against `addr` (authenticating with `token`) with
+/// worker processes it starts.
+pub fn run_against(
+    o: &BenchJobsOptions,
+    addr: &str,
+    token: &[u8],
+) -> Result<BenchJobsReport, JobsError> {
     let preds = random_dag(o.tasks, (o.min_deps, o.max_deps), o.window, o.seed);
     let text = serde_json::to_string(&dag_spec(&preds))
         .map_err(|e| JobsError::Unexpected(e.to_string()))?;
     let dir = tempfile::tempdir().map_err(JobsError::io("temp dir"))?;
-    let _workers = spawn_workers(o, addr, dir.path())?;
-    let mut client = JobClient::connect(addr)?;
+    let _workers = spawn_workers(o, addr, token, dir.path())?;
+    let mut client = JobClient::connect(addr, token)?;
     // Workers, and the engine when it offers streams.
     client.wait_resources(o.workers + u32::from(o.engine_slots > 0))?;
     let store = match o.store.as_deref() {

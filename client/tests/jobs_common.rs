@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use ferrite_engine::jobs::{JobService, JobServiceConfig};
 
+/// The token every test job service is started with.
+pub const TOKEN: &[u8] = b"jobs-test-token";
+
 /// Aborts the test process if a test runs longer than `limit`.
 pub fn watchdog(limit: Duration) {
     std::thread::spawn(move || {
@@ -20,7 +23,7 @@ pub fn watchdog(limit: Duration) {
 }
 
 pub fn start_service(dir: &Path, depth: u32) -> JobService {
-    let mut config = JobServiceConfig::new(dir.join("jobs"));
+    let mut config = JobServiceConfig::new(dir.join("jobs")).with_token(TOKEN);
     config.depth = depth;
     JobService::start(config).expect("job service starts")
 }
@@ -36,6 +39,7 @@ impl Worker {
     pub fn start(addr: &str, name: &str, xstreams: u32, dir: &Path) -> Worker {
         let state_dir = dir.join(name);
         let child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+            .env("FERRITE_TOKEN", "jobs-test-token")
             .args(["worker", "--engine", addr, "--name", name])
             .args(["--xstreams", &xstreams.to_string()])
             .arg("--state-dir")

@@ -22,7 +22,7 @@ fn random_dags_on_three_workers_respect_every_constraint() {
     let _w: Vec<_> = (0..3)
         .map(|i| common::Worker::start(&addr, &format!("w{i}"), 2, dir.path()))
         .collect();
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     assert_eq!(client.wait_resources(3).unwrap().len(), 3);
     let seed: u64 = rand::random();
     eprintln!("seed {seed}");
@@ -67,7 +67,7 @@ fn fan_out_fan_in_passes_outputs_along_data_edges() {
     let addr = service.addr().to_string();
     let _w1 = common::Worker::start(&addr, "a", 2, dir.path());
     let _w2 = common::Worker::start(&addr, "b", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let mut text = String::from(
         "name = 'fan'\n[[task]]\nid = 'src'\nsteps = [{kind='exec', cmd='echo', args=['x']}]\n",
     );
@@ -108,7 +108,7 @@ fn cycles_and_unknown_references_are_refused_by_name() {
     common::watchdog(Duration::from_secs(30));
     let dir = tempfile::tempdir().unwrap();
     let service = common::start_service(dir.path(), 4);
-    let mut client = JobClient::connect(&service.addr().to_string()).unwrap();
+    let mut client = JobClient::connect(&service.addr().to_string(), common::TOKEN).unwrap();
     let cyclic = r#"{"name":"c","task":[
         {"id":"a","after":["c"],"steps":[{"kind":"noop"}]},
         {"id":"b","after":["a"],"steps":[{"kind":"noop"}]},

@@ -47,13 +47,13 @@ fn engine_slots_and_a_worker_share_a_job() {
         task_slots: 1,
         depth: 4,
         router: Some(router),
-        ..JobServiceConfig::new(dir.path().join("jobs"))
+        ..JobServiceConfig::new(dir.path().join("jobs")).with_token(common::TOKEN)
     };
     let last = XstreamId(engine.mesh().len() - 1);
     let service = JobService::start_on(config, engine.mesh(), last).unwrap();
     let addr = service.addr().to_string();
     let worker = common::Worker::start(&addr, "w0", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let nodes = client.wait_resources(2).unwrap();
     assert_eq!(
         nodes,
@@ -88,6 +88,7 @@ fn engine_slots_and_a_worker_share_a_job() {
     // `ferrite job status` names the slot that split the job.
     let cli = |json: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+        c.env("FERRITE_TOKEN", "jobs-test-token");
         c.args(["job", "status", &format!("{job:032x}"), "--engine", &addr]);
         if json {
             c.arg("--json");

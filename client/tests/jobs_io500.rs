@@ -114,7 +114,7 @@ fn example_runs_phase_by_phase_on_two_workers() {
     let addr = service.addr().to_string();
     let _w1 = common::Worker::start(&addr, "a", 2, dir.path());
     let _w2 = common::Worker::start(&addr, "b", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let text = serde_json::to_string(&spec).unwrap();
     let job = client.submit(&text, SpecFormat::Json).unwrap();
     let (phase, cause) = client.wait(job).unwrap();

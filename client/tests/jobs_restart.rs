@@ -22,7 +22,7 @@ fn unfinished_job_resumes_after_restart_and_files_stay_readable() {
     } = common::setup(Duration::from_secs(120));
     let marker = dir.path().join("second-run");
     let w1 = common::Worker::start(&addr, "before", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let gate = format!(
         "if [ -e {m} ]; then echo resumed; else touch {m}; echo go > {f}; exec sleep 600; fi",
         m = marker.display(),
@@ -60,7 +60,7 @@ fn unfinished_job_resumes_after_restart_and_files_stay_readable() {
     let service = common::start_service(dir.path(), 4);
     let addr = service.addr().to_string();
     let _w2 = common::Worker::start(&addr, "after", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     assert_eq!(client.wait(job).unwrap().0, JobPhase::Done);
     let s = client.status(job).unwrap();
     assert_eq!(s.tasks[0].node.as_deref(), Some("before"), "a not redone");
@@ -71,7 +71,7 @@ fn unfinished_job_resumes_after_restart_and_files_stay_readable() {
 
     // A third start serves the finished job from its file alone.
     let service = common::start_service(dir.path(), 4);
-    let mut client = JobClient::connect(&service.addr().to_string()).unwrap();
+    let mut client = JobClient::connect(&service.addr().to_string(), common::TOKEN).unwrap();
     let archived = client.status(job).unwrap();
     assert_eq!(archived.state, JobPhase::Done);
     assert!(archived.tasks.iter().all(|t| t.state == TaskPhase::Done));

@@ -21,7 +21,7 @@ fn concurrent_status_queries_during_a_run_are_consistent() {
     let _w: Vec<_> = (0..2)
         .map(|i| common::Worker::start(&addr, &format!("w{i}"), 1, dir.path()))
         .collect();
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     client.wait_resources(2).unwrap();
     let preds = random_dag(1000, (0, 3), 30, 7);
     let job = client
@@ -34,7 +34,7 @@ fn concurrent_status_queries_during_a_run_are_consistent() {
         .map(|_| {
             let (addr, preds) = (addr.clone(), preds.clone());
             std::thread::spawn(move || {
-                let mut c = JobClient::connect(&addr).unwrap();
+                let mut c = JobClient::connect(&addr, common::TOKEN).unwrap();
                 let mut last_done = 0;
                 let mut seen_final = false;
                 for _ in 0..50 {
@@ -62,7 +62,7 @@ fn concurrent_status_queries_during_a_run_are_consistent() {
             })
         })
         .collect();
-    let mut watcher = JobClient::connect(&addr).unwrap();
+    let mut watcher = JobClient::connect(&addr, common::TOKEN).unwrap();
     let mut updates = 0;
     let last = watcher.watch(job, |_| updates += 1).unwrap();
     assert_eq!(last.state, JobPhase::Done);
@@ -85,7 +85,7 @@ fn cancel_stops_a_running_job() {
         addr,
     } = common::setup(Duration::from_secs(60));
     let _w = common::Worker::start(&addr, "w", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let text = format!(
         "name='c'\n[[task]]\nid='hang'\nsteps=[{{kind='exec', cmd='sh', args=['-c', 'echo go > {}; exec sleep 600']}}]\n[[task]]\nid='never'\nafter=['hang']\nsteps=[{{kind='noop'}}]\n",
         fifo.display()

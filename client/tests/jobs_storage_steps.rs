@@ -32,7 +32,7 @@ const STEPS: &str = "name='steps'\n\
 
 /// A job service whose jobs keep their outputs in `store`, and one worker.
 fn start(dir: &std::path::Path, store: &Client) -> (JobService, common::Worker) {
-    let mut config = JobServiceConfig::new(dir.join("jobs"));
+    let mut config = JobServiceConfig::new(dir.join("jobs")).with_token(common::TOKEN);
     config.store = Some(store.url());
     let service = JobService::start(config).expect("job service starts");
     let worker = common::Worker::start(&service.addr().to_string(), "w", 2, dir);
@@ -40,7 +40,7 @@ fn start(dir: &std::path::Path, store: &Client) -> (JobService, common::Worker) 
 }
 
 fn run(addr: &str, text: &str) -> (u128, JobPhase, Option<String>) {
-    let mut client = JobClient::connect(addr).unwrap();
+    let mut client = JobClient::connect(addr, common::TOKEN).unwrap();
     let job = client.submit(text, SpecFormat::Toml).unwrap();
     let (phase, cause) = client.wait(job).unwrap();
     (job, phase, cause)
@@ -66,7 +66,7 @@ fn storage_steps_run_against_the_engine_and_outputs_are_records() {
         .unwrap()
         .expect("copied record");
     assert_eq!(copied.len(), 100);
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let status = client.status(job).unwrap();
     assert_eq!(status.store, Some(store.url()));
     let read = |id: &str| outputs::read(&store, job, id).unwrap();
@@ -88,6 +88,7 @@ fn storage_steps_run_against_the_engine_and_outputs_are_records() {
     }
     // `ferrite job status --json` reads the output records too.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .env("FERRITE_TOKEN", "jobs-test-token")
         .args(["job", "status", &format!("{job:x}"), "--json"])
         .args(["--engine", &addr])
         .output()
@@ -142,7 +143,7 @@ fn an_engine_runs_the_resource_manager_in_its_control_task_class() {
     config.listen.unix = dir.path().join("e.sock").to_string_lossy().into_owned();
     let engine = ferrite_engine::Engine::start(config).unwrap();
     let url = format!("unix://{}", engine.unix_path().unwrap().display());
-    let mut jobs = JobServiceConfig::new(dir.path().join("jobs"));
+    let mut jobs = JobServiceConfig::new(dir.path().join("jobs")).with_token(common::TOKEN);
     jobs.store = Some(url.clone());
     let last = ferrite_xstream::XstreamId(engine.mesh().len() - 1);
     let service = JobService::start_on(jobs, engine.mesh(), last).unwrap();
@@ -170,7 +171,7 @@ fn start_engine(dir: &std::path::Path) -> (EngineHandle, JobService, common::Wor
     config.listen.unix = dir.join("e.sock").to_string_lossy().into_owned();
     let engine = Engine::start(config).unwrap();
     let url = format!("unix://{}", engine.unix_path().unwrap().display());
-    let mut jobs = JobServiceConfig::new(dir.join("jobs"));
+    let mut jobs = JobServiceConfig::new(dir.join("jobs")).with_token(common::TOKEN);
     jobs.store = Some(url);
     let service = JobService::start(jobs).unwrap();
     let worker = common::Worker::start(&service.addr().to_string(), "w", 1, dir);

@@ -28,7 +28,7 @@ fn workers_run_task_records_fetched_from_the_engine() {
     let _w: Vec<_> = (0..2)
         .map(|i| common::Worker::start(&addr, &format!("w{i}"), 1, dir.path()))
         .collect();
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let job = client.submit_stored(JOB, SpecFormat::Toml, &store).unwrap();
     let (phase, cause) = client.wait(job).unwrap();
     assert_eq!(phase, JobPhase::Done, "{cause:?}");
@@ -64,7 +64,7 @@ fn missing_task_records_fail_the_job_by_name() {
     let addr = service.addr().to_string();
     let _w = common::Worker::start(&addr, "w", 1, dir.path());
     // Say the records are in the engine without storing them.
-    let mut peer = std::net::TcpStream::connect(&addr).unwrap();
+    let mut peer = ferrite_client::jobs::api::connect_authenticated(&addr, common::TOKEN).unwrap();
     let msg = ferrite_proto::rpc_jobs::ToEngine::Submit {
         text: JOB.into(),
         format: SpecFormat::Toml,
@@ -82,7 +82,7 @@ fn missing_task_records_fail_the_job_by_name() {
         ),
         "{reply:?}"
     );
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     let (phase, cause) = client.wait(0xfeed).unwrap();
     assert_eq!(phase, JobPhase::Failed);
     let cause = cause.unwrap();

@@ -21,7 +21,7 @@ fn sigkilled_worker_task_reruns_elsewhere_and_done_tasks_stay_done() {
         addr,
     } = common::setup(Duration::from_secs(90));
     let mut doomed = common::Worker::start(&addr, "doomed", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     client.wait_resources(1).unwrap();
     // First attempt: tell the test it started, then hang. Later attempts: finish.
     let slow = format!(
@@ -122,7 +122,7 @@ fn losing_the_last_attempt_fails_the_job_with_the_cause() {
         addr,
     } = common::setup(Duration::from_secs(60));
     let mut doomed = common::Worker::start(&addr, "only", 1, dir.path());
-    let mut client = JobClient::connect(&addr).unwrap();
+    let mut client = JobClient::connect(&addr, common::TOKEN).unwrap();
     client.wait_resources(1).unwrap();
     let text = format!(
         "name='once'\n[retry]\nmax_attempts=1\n[[task]]\nid='hang'\nsteps=[{{kind='exec', cmd='sh', args=['-c', 'echo go > {}; exec sleep 600']}}]\n",

@@ -35,6 +35,7 @@
 //!
 //! [jobs]
 //! task_slots = 0                          # execution streams the engine offers to jobs
+//! exec = true                             # false refuses jobs with exec steps (--no-exec)
 //! ```
 //!
 //! ```
@@ -93,7 +94,7 @@ pub struct EngineConfig {
 }
 
 /// The engine's part in DAG jobs.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JobsConfig {
     /// Execution streams this engine offers the resource manager, next to
@@ -103,6 +104,19 @@ pub struct JobsConfig {
     /// a thread of their own). 0, the default, leaves tasks to
     /// workers, so job tasks never compete with client I/O unless asked.
     pub task_slots: u32,
+    /// Whether jobs may have `exec` steps (commands run as the engine's
+    /// user, for submitters holding the token). `false`: a job with one is
+    /// refused at submit.
+    pub exec: bool,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        Self {
+            task_slots: 0,
+            exec: true,
+        }
+    }
 }
 
 /// Where to listen.
@@ -443,6 +457,14 @@ mod tests {
         assert_eq!(c.token().unwrap(), Some(b"s3cret".to_vec()));
         assert!(!c.has_provider("shm"));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn jobs_exec_is_on_by_default_and_can_be_turned_off() {
+        // Guards the [jobs] exec key: absent means on, `false` turns it off.
+        assert!(EngineConfig::default().jobs.exec);
+        let off = EngineConfig::from_toml_str("[jobs]\nexec = false\n").unwrap();
+        assert!(!off.jobs.exec);
     }
 
     #[test]

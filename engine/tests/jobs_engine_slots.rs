@@ -22,7 +22,7 @@ use ferrite_proto::rpc_jobs::{
 };
 use ferrite_proto::tasks::state::{task_state_path, TaskState};
 use ferrite_xstream::{TaskClass, XstreamId};
-use jobs_support::Peer;
+use jobs_support::{watchdog, Peer};
 
 const JOB: &str = "name='slots'\n\
 [[task]]\nid='hello'\nsteps=[{kind='exec', cmd='echo', args=['hello']}]\n\
@@ -32,15 +32,6 @@ const JOB: &str = "name='slots'\n\
 [[task]]\nid='copy'\nafter=['put']\nsteps=[{kind='copy', source=7, target=8, prefix='k', count=40}]\n\
 [[task]]\nid='scrub'\nafter=['get', 'copy', 'shout']\nsteps=[{kind='scrub', container=8}]\n\
 [[task]]\nid='cpus'\nsteps=[{kind='exec', cmd='grep', args=['Cpus_allowed_list', '/proc/self/status']}]\n";
-
-/// Aborts the test process if a test runs longer than `limit`.
-fn watchdog(limit: Duration) {
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        eprintln!("watchdog: test exceeded {limit:?}");
-        std::process::abort();
-    });
-}
 
 trait Ask {
     fn submit(&mut self, text: &str, store: Option<String>) -> u128;
@@ -85,7 +76,7 @@ fn start(dir: &std::path::Path, slots: u32) -> (EngineHandle, JobService) {
         store: router.urls().first().cloned(),
         task_slots: slots,
         router: Some(router),
-        ..JobServiceConfig::new(dir.join("jobs"))
+        ..JobServiceConfig::new(dir.join("jobs")).with_token(jobs_support::TOKEN)
     };
     let last = XstreamId(engine.mesh().len() - 1);
     let service = JobService::start_on(config, engine.mesh(), last).unwrap();
@@ -234,7 +225,10 @@ fn a_job_is_accepted_while_an_engine_exec_task_runs() {
 fn ferrite_engine_task_slots_flag_runs_jobs_and_they_survive_a_restart() {
     watchdog(Duration::from_secs(120));
     let dir = tempfile::tempdir().unwrap();
-    let flags = ["--task-slots", "2"];
+    let token = dir.path().join("token");
+    std::fs::write(&token, jobs_support::TOKEN).unwrap();
+    let token = token.display().to_string();
+    let flags = ["--task-slots", "2", "--token-file", &token];
     let engine = server_support::EngineProcess::start(dir.path(), &flags);
     let mut peer = Peer::connect_to(engine.jobs.expect("job service"));
     let job = peer.submit(JOB, None);

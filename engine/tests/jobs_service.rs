@@ -26,7 +26,7 @@ fn submit(text: &str) -> ToEngine {
 #[test]
 fn refused_jobs_name_their_tasks_and_accepted_jobs_survive_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let config = JobServiceConfig::new(dir.path().join("jobs"));
+    let config = JobServiceConfig::new(dir.path().join("jobs")).with_token(jobs_support::TOKEN);
     let service = JobService::start(config.clone()).unwrap();
     let mut peer = Peer::connect(&service);
 
@@ -148,7 +148,10 @@ fn chain_json(n: usize) -> String {
 fn queries_are_answered_while_a_big_job_file_is_written() {
     const TASKS: usize = 20_000;
     let dir = tempfile::tempdir().unwrap();
-    let service = JobService::start(JobServiceConfig::new(dir.path().join("jobs"))).unwrap();
+    let service = JobService::start(
+        JobServiceConfig::new(dir.path().join("jobs")).with_token(jobs_support::TOKEN),
+    )
+    .unwrap();
     let mut peer = Peer::connect(&service);
     let big = submit_chain(TASKS);
     write_frame(&mut peer.output, &big).unwrap();
@@ -190,7 +193,7 @@ fn queries_are_answered_while_a_big_job_file_is_written() {
 fn ended_jobs_files_are_read_off_the_control_task() {
     const TASKS: usize = 20_000;
     let dir = tempfile::tempdir().unwrap();
-    let config = JobServiceConfig::new(dir.path().join("jobs"));
+    let config = JobServiceConfig::new(dir.path().join("jobs")).with_token(jobs_support::TOKEN);
     let service = JobService::start(config.clone()).unwrap();
     let mut peer = Peer::connect(&service);
     let big = submit_chain(TASKS);
@@ -246,7 +249,7 @@ fn each_job_is_split_on_its_granted_coordinator_slot() {
     let dir = tempfile::tempdir().unwrap();
     let config = JobServiceConfig {
         coordinator_slots: 1,
-        ..JobServiceConfig::new(dir.path().join("jobs"))
+        ..JobServiceConfig::new(dir.path().join("jobs")).with_token(jobs_support::TOKEN)
     };
     let meta = |job: u128| {
         let path = config.state_dir.join(format!("{job:032x}.job.sqlite"));

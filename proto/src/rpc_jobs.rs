@@ -33,6 +33,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::key::RecordKey;
 
+pub mod auth;
+
 /// Container that holds every job's task records and outputs.
 pub const JOBS_CONTAINER: u64 = 0x4a4f_4253; // "JOBS"
 /// akey of a task's definition record.
@@ -136,6 +138,11 @@ pub enum Step {
         env: BTreeMap<String, String>,
         #[serde(default)]
         cwd: Option<String>,
+        /// Seconds the command may run before its process group is killed
+        /// and the step fails ("timed out after N s"); default
+        /// `tasks::EXEC_TIMEOUT_S` (3600).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_s: Option<u64>,
     },
     /// Writes `count` values of `size_bytes` under keys `prefix{i}`.
     Put {

@@ -10,6 +10,32 @@ use ferrite_client::jobs::worker::{run_worker, WorkerConfig};
 use ferrite_client::jobs::{outputs, picture};
 use ferrite_proto::rpc_jobs::{JobStatus, TaskPhase};
 
+/// The job service's token, found as every command finds it
+/// ([`ferrite_client::auth::find_token`]: `--token-file`, `$FERRITE_TOKEN`,
+/// `$FERRITE_TOKEN_FILE`, the default data dir's token file).
+fn job_token(token_file: Option<&std::path::Path>) -> anyhow::Result<Vec<u8>> {
+    ferrite_client::auth::find_token(token_file, None)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the job service needs the engine's token: --token-file, $FERRITE_TOKEN \
+             or $FERRITE_TOKEN_FILE"
+        )
+    })
+}
+
+/// `--token-file` of every job command.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TokenArg {
+    /// File holding the engine's token (default: $FERRITE_TOKEN, $FERRITE_TOKEN_FILE, then the default data dir's engine.token).
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl TokenArg {
+    fn token(&self) -> anyhow::Result<Vec<u8>> {
+        job_token(self.token_file.as_deref())
+    }
+}
+
 fn default_engine() -> String {
     std::env::var("FERRITE_ENGINE").unwrap_or_else(|_| format!("127.0.0.1:{DEFAULT_JOBS_PORT}"))
 }
@@ -18,6 +44,8 @@ fn default_engine() -> String {
 pub enum JobCommand {
     /// Submit a job file (TOML, or JSON if it ends in .json); prints the job id.
     Submit {
+        #[command(flatten)]
+        auth: TokenArg,
         file: PathBuf,
         /// Job service address (default $FERRITE_ENGINE or 127.0.0.1:7341).
         #[arg(long)]
@@ -28,11 +56,15 @@ pub enum JobCommand {
     },
     /// List jobs.
     List {
+        #[command(flatten)]
+        auth: TokenArg,
         #[arg(long)]
         engine: Option<String>,
     },
     /// A job's state, gathered from its task state objects, and its DAG.
     Status {
+        #[command(flatten)]
+        auth: TokenArg,
         id: String,
         /// Print again each time the job changes, until it ends.
         #[arg(long)]
@@ -44,12 +76,16 @@ pub enum JobCommand {
     },
     /// Cancel a job.
     Cancel {
+        #[command(flatten)]
+        auth: TokenArg,
         id: String,
         #[arg(long)]
         engine: Option<String>,
     },
     /// Run the job service by itself (what `ferrite-engine` starts too).
     Serve {
+        #[command(flatten)]
+        auth: TokenArg,
         #[arg(long, default_value_t = format!("127.0.0.1:{DEFAULT_JOBS_PORT}"))]
         listen: String,
         /// Directory of the job state files.
@@ -82,12 +118,20 @@ pub struct WorkerArgs {
     /// Task state objects: one SQLite file per task, or per job.
     #[arg(long, default_value_t = Layout::PerJob)]
     pub task_state: Layout,
+    #[command(flatten)]
+    pub auth: TokenArg,
 }
 
 pub fn run(c: JobCommand) -> anyhow::Result<()> {
     match c {
-        JobCommand::Submit { file, engine, wait } => {
-            let mut client = JobClient::connect(&engine.unwrap_or_else(default_engine))?;
+        JobCommand::Submit {
+            file,
+            engine,
+            wait,
+            auth,
+        } => {
+            let mut client =
+                JobClient::connect(&engine.unwrap_or_else(default_engine), &auth.token()?)?;
             let job = client
                 .submit_file(&file)
                 .with_context(|| format!("submit {}", file.display()))?;
@@ -102,8 +146,9 @@ pub fn run(c: JobCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        JobCommand::List { engine } => {
-            let mut client = JobClient::connect(&engine.unwrap_or_else(default_engine))?;
+        JobCommand::List { engine, auth } => {
+            let mut client =
+                JobClient::connect(&engine.unwrap_or_else(default_engine), &auth.token()?)?;
             println!("{:<32}  {:<9}  {:>9}  name", "job", "state", "done");
             for j in client.list()? {
                 let done = format!("{}/{}", j.done, j.tasks);
@@ -121,9 +166,11 @@ pub fn run(c: JobCommand) -> anyhow::Result<()> {
             watch,
             json,
             engine,
+            auth,
         } => {
             let job = parse_job_id(&id)?;
-            let mut client = JobClient::connect(&engine.unwrap_or_else(default_engine))?;
+            let mut client =
+                JobClient::connect(&engine.unwrap_or_else(default_engine), &auth.token()?)?;
             let print = |s: &JobStatus| print_status(s, json);
             if watch {
                 client.watch(job, print)?;
@@ -132,9 +179,10 @@ pub fn run(c: JobCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        JobCommand::Cancel { id, engine } => {
+        JobCommand::Cancel { id, engine, auth } => {
             let job = parse_job_id(&id)?;
-            JobClient::connect(&engine.unwrap_or_else(default_engine))?.cancel(job)?;
+            JobClient::connect(&engine.unwrap_or_else(default_engine), &auth.token()?)?
+                .cancel(job)?;
             println!("cancelled {job:032x}");
             Ok(())
         }
@@ -143,14 +191,21 @@ pub fn run(c: JobCommand) -> anyhow::Result<()> {
             state_dir,
             depth,
             task_slots,
-        } => serve(listen, state_dir, depth, task_slots),
+            auth,
+        } => serve(listen, state_dir, depth, task_slots, auth),
     }
 }
 
 #[cfg(feature = "embedded")]
-fn serve(listen: String, state_dir: PathBuf, depth: u32, task_slots: u32) -> anyhow::Result<()> {
+fn serve(
+    listen: String,
+    state_dir: PathBuf,
+    depth: u32,
+    task_slots: u32,
+    auth: TokenArg,
+) -> anyhow::Result<()> {
     use ferrite_engine::jobs::{JobService, JobServiceConfig};
-    let mut config = JobServiceConfig::new(state_dir);
+    let mut config = JobServiceConfig::new(state_dir).with_token(&auth.token()?);
     config.listen = listen
         .parse()
         .with_context(|| format!("--listen {listen}"))?;
@@ -165,7 +220,13 @@ fn serve(listen: String, state_dir: PathBuf, depth: u32, task_slots: u32) -> any
 }
 
 #[cfg(not(feature = "embedded"))]
-fn serve(_listen: String, _state_dir: PathBuf, _depth: u32, _slots: u32) -> anyhow::Result<()> {
+fn serve(
+    _listen: String,
+    _state_dir: PathBuf,
+    _depth: u32,
+    _slots: u32,
+    _auth: TokenArg,
+) -> anyhow::Result<()> {
     anyhow::bail!("this ferrite was built without the `embedded` feature: run ferrite-engine")
 }
 
@@ -262,6 +323,7 @@ pub fn worker(a: WorkerArgs) -> anyhow::Result<()> {
         xstreams: a.xstreams,
         state_dir,
         layout: a.task_state,
+        token: a.auth.token()?,
     };
     run_worker(&config)?;
     Ok(())
@@ -276,7 +338,7 @@ pub fn bench(a: crate::cli::bench::BenchJobsArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let report = match &o.engine {
-        Some(url) => run_against(&o, url)?,
+        Some(url) => run_against(&o, url, &job_token(None)?)?,
         None => bench_embedded(&o)?,
     };
     if a.json {
@@ -320,11 +382,15 @@ fn bench_embedded(
 ) -> anyhow::Result<ferrite_client::bench_jobs::BenchJobsReport> {
     use ferrite_engine::jobs::{JobService, JobServiceConfig};
     let dir = tempfile::tempdir()?;
-    let mut config = JobServiceConfig::new(dir.path().join("jobs"));
+    // A service of this process only: a fresh random token.
+    let token: [u8; 32] = rand::random();
+    let token = token.map(|b| b"0123456789abcdef"[usize::from(b & 15)]);
+    let mut config = JobServiceConfig::new(dir.path().join("jobs")).with_token(&token);
     config.depth = o.depth;
     if o.engine_slots == 0 {
         let service = JobService::start(config)?;
-        let report = ferrite_client::bench_jobs::run_against(o, &service.addr().to_string())?;
+        let report =
+            ferrite_client::bench_jobs::run_against(o, &service.addr().to_string(), &token)?;
         service.shutdown();
         return Ok(report);
     }
@@ -338,7 +404,7 @@ fn bench_embedded(
     config.router = Some(router);
     let last = ferrite_xstream::XstreamId(engine.mesh().len() - 1);
     let service = JobService::start_on(config, engine.mesh(), last)?;
-    let report = ferrite_client::bench_jobs::run_against(o, &service.addr().to_string())?;
+    let report = ferrite_client::bench_jobs::run_against(o, &service.addr().to_string(), &token)?;
     service.shutdown();
     engine.shutdown()?;
     Ok(report)

@@ -47,6 +47,32 @@ pub fn format_of_path(path: &Path) -> SpecFormat {
     }
 }
 
+/// Connects to the job service at `addr` and proves this client holds
+/// `token` (and that the service does too) before any job frame; refuses a
+/// service that does not challenge, and an empty token.
+pub fn connect_authenticated(addr: &str, token: &[u8]) -> Result<TcpStream, JobsError> {
+    use ferrite_proto::rpc_jobs::auth::{client_handshake, Service};
+    let mut stream = TcpStream::connect(addr).map_err(|source| JobsError::Connect {
+        addr: addr.to_string(),
+        source,
+    })?;
+    let _ = stream.set_nodelay(true);
+    let deadline = Some(std::time::Duration::from_secs(30));
+    let timed = stream.set_read_timeout(deadline);
+    timed.map_err(JobsError::io("set handshake deadline"))?;
+    let mut nonce = [0u8; 16];
+    rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut nonce);
+    client_handshake(&mut stream, Service::Jobs, token, nonce).map_err(|source| {
+        JobsError::Auth {
+            addr: addr.to_string(),
+            source,
+        }
+    })?;
+    let untimed = stream.set_read_timeout(None);
+    untimed.map_err(JobsError::io("clear handshake deadline"))?;
+    Ok(stream)
+}
+
 /// A connection to a job service, one request at a time.
 #[derive(Debug)]
 pub struct JobClient {
@@ -55,13 +81,10 @@ pub struct JobClient {
 }
 
 impl JobClient {
-    pub fn connect(url: &str) -> Result<Self, JobsError> {
-        let addr = service_addr(url);
-        let stream = TcpStream::connect(&addr).map_err(|source| JobsError::Connect {
-            addr: addr.clone(),
-            source,
-        })?;
-        let _ = stream.set_nodelay(true);
+    /// Connects to the job service at `url`, authenticating with `token`
+    /// (see [`connect_authenticated`]).
+    pub fn connect(url: &str, token: &[u8]) -> Result<Self, JobsError> {
+        let stream = connect_authenticated(&service_addr(url), token)?;
         let read = stream.try_clone().map_err(JobsError::io("clone stream"))?;
         Ok(Self {
             input: BufReader::new(read),

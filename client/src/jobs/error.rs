@@ -34,6 +34,12 @@ pub enum JobsError {
     Client(#[from] crate::client::Error),
     #[error("bad job id {0:?}: expected up to 32 hex digits")]
     BadJobId(String),
+    #[error("job service at {addr}: authentication: {source}")]
+    Auth {
+        addr: String,
+        #[source]
+        source: ferrite_proto::rpc_jobs::auth::AuthError,
+    },
 }
 
 impl JobsError {

@@ -8,12 +8,13 @@
 //! use ferrite_client::jobs::api::JobClient;
 //! use ferrite_proto::rpc_jobs::SpecFormat;
 //!
-//! let mut c = JobClient::connect("127.0.0.1:7341")?;
+//! let token = std::fs::read("ferrite-data/token")?;
+//! let mut c = JobClient::connect("127.0.0.1:7341", &token)?;
 //! let job = c.submit("name='hi'\n[[task]]\nid='a'\nsteps=[{kind='exec', cmd='true'}]\n", SpecFormat::Toml)?;
 //! c.wait(job)?;
 //! let status = c.status(job)?;
 //! println!("{}", ferrite_client::jobs::picture::render(&status));
-//! # Ok::<(), ferrite_client::jobs::error::JobsError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod api;

@@ -17,7 +17,7 @@ use std::sync::{Arc, RwLock};
 use ferrite_proto::rpc_jobs::{read_frame, write_frame, TaskGrant, TaskResult, ToEngine, ToPeer};
 use ferrite_proto::tasks::recorder::{record_loop, run_granted, Answer, Objects, RecMsg};
 
-use super::api::service_addr;
+use super::api::{connect_authenticated, service_addr};
 use super::error::JobsError;
 use super::node::{run_here, WorkerThread};
 use super::task_state::{Layout, RowUpdate};
@@ -36,6 +36,8 @@ pub struct WorkerConfig {
     pub state_dir: PathBuf,
     /// One task state file per task, or per job.
     pub layout: Layout,
+    /// The job service's token (the engine's).
+    pub token: Vec<u8>,
 }
 
 type Revoked = Arc<RwLock<HashSet<u128>>>;
@@ -46,12 +48,7 @@ type Work = (TaskGrant, Option<Arc<Client>>);
 /// Runs until the job service closes the connection.
 pub fn run_worker(config: &WorkerConfig) -> Result<(), JobsError> {
     std::fs::create_dir_all(&config.state_dir).map_err(JobsError::io("create state dir"))?;
-    let addr = service_addr(&config.engine);
-    let stream = TcpStream::connect(&addr).map_err(|source| JobsError::Connect {
-        addr: addr.clone(),
-        source,
-    })?;
-    let _ = stream.set_nodelay(true);
+    let stream = connect_authenticated(&service_addr(&config.engine), &config.token)?;
     let mut input =
         BufReader::with_capacity(1 << 16, stream.try_clone().map_err(JobsError::io("clone"))?);
     let mut output = BufWriter::with_capacity(1 << 16, stream);

@@ -25,6 +25,8 @@ pub enum SpecError {
     BadRetry(String),
     #[error("task id {0:?} is empty or longer than 1024 bytes")]
     BadId(String),
+    #[error("task {0:?}: an exec step's timeout_s must be at least 1")]
+    BadTimeout(String),
 }
 
 fn fmt_refs(refs: &[(String, String)]) -> String {
@@ -64,6 +66,14 @@ pub enum JobError {
     JobIdTaken(u128),
     #[error("job service xstream: {0}")]
     Xstream(String),
+    #[error(
+        "job service: no token (set listen.token or listen.token_file; an empty token is refused)"
+    )]
+    NoToken,
+    #[error(
+        "job refused: task {0:?} has an exec step and this engine runs none ([jobs] exec = false)"
+    )]
+    ExecDisabled(String),
 }
 
 impl JobError {

@@ -113,7 +113,7 @@ pub fn read_token_file(path: &std::path::Path) -> Result<Vec<u8>, TokenError> {
     Ok(text)
 }
 
-fn keyed_hash(token: &[u8], label: &[u8], first: &[u8], second: &[u8]) -> HmacSha256 {
+pub(crate) fn keyed_hash(token: &[u8], label: &[u8], first: &[u8], second: &[u8]) -> HmacSha256 {
     // HMAC accepts keys of every length, so `new_from_slice` cannot fail.
     let mut mac = match HmacSha256::new_from_slice(token) {
         Ok(m) => m,

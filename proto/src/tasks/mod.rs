@@ -187,6 +187,9 @@ fn one(replies: Vec<Reply>) -> Result<Reply, String> {
 }
 
 /// What the node running a task provides besides the store.
+/// Seconds an exec step may run when its `timeout_s` says nothing.
+pub const EXEC_TIMEOUT_S: u64 = 3600;
+
 #[allow(async_fn_in_trait)]
 pub trait TaskHost {
     /// Runs `f` where it may block (it waits for a child process) and

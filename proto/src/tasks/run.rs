@@ -226,6 +226,7 @@ async fn io500<H: TaskHost>(
         args: full,
         env: BTreeMap::new(),
         cwd: None,
+        timeout_s: None,
     };
     let command = Exec::of(grant, &step, Vec::new());
     host.blocking(move || command.run())
@@ -295,6 +296,7 @@ struct Exec {
     env: BTreeMap<String, String>,
     cwd: Option<String>,
     input: Vec<u8>,
+    timeout: std::time::Duration,
 }
 
 /// What a command left.
@@ -318,13 +320,18 @@ impl Exec {
     /// The command of an `exec` step (anything else runs nothing), with the
     /// task named in its environment.
     fn of(grant: &TaskGrant, step: &Step, input: Vec<u8>) -> Self {
+        let mut timeout_s_of = super::EXEC_TIMEOUT_S;
         let (cmd, args, mut env, cwd) = match step {
             Step::Exec {
                 cmd,
                 args,
                 env,
                 cwd,
-            } => (cmd.clone(), args.clone(), env.clone(), cwd.clone()),
+                timeout_s,
+            } => {
+                timeout_s_of = timeout_s.unwrap_or(super::EXEC_TIMEOUT_S).max(1);
+                (cmd.clone(), args.clone(), env.clone(), cwd.clone())
+            }
             _ => ("true".into(), Vec::new(), BTreeMap::new(), None),
         };
         env.insert("FERRITE_JOB".into(), format!("{:032x}", grant.job));
@@ -336,6 +343,7 @@ impl Exec {
             env,
             cwd,
             input,
+            timeout: std::time::Duration::from_secs(timeout_s_of),
         }
     }
 
@@ -371,6 +379,8 @@ impl Exec {
                 Ok(())
             });
         }
+        // Its own process group, so a timeout kills what it started too.
+        std::os::unix::process::CommandExt::process_group(&mut c, 0);
         let mut child = c.spawn()?;
         let stdin = child.stdin.take();
         let input = self.input;
@@ -380,21 +390,82 @@ impl Exec {
                 let _ = s.write_all(&input);
             }
         });
-        let out = child.wait_with_output()?;
+        let stdout = capture(child.stdout.take(), EXEC_OUTPUT_MAX_BYTES);
+        let stderr = capture(child.stderr.take(), EXEC_OUTPUT_MAX_BYTES);
+        let group = child.id() as libc::pid_t;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let status = child.wait();
+            let _ = done_tx.send(());
+            status
+        });
+        let timed_out = match done_rx.recv_timeout(self.timeout) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                // SAFETY: kill(2) on the child's process group, which
+                // exists until the child is reaped by `waiter` below.
+                unsafe { libc::kill(-group, libc::SIGKILL) };
+                true
+            }
+            _ => false,
+        };
+        let status = waiter
+            .join()
+            .map_err(|_| std::io::Error::other("waiting for the command panicked"))??;
         let _ = feeder.join();
-        let exit_code = match out.status.code() {
+        let (stdout, stderr) = (joined(stdout), joined(stderr));
+        if timed_out {
+            let secs = self.timeout.as_secs();
+            return Err(std::io::Error::other(format!("timed out after {secs} s")));
+        }
+        let exit_code = match status.code() {
             Some(c) => c,
             None => {
                 use std::os::unix::process::ExitStatusExt;
-                128 + out.status.signal().unwrap_or(0)
+                128 + status.signal().unwrap_or(0)
             }
         };
         Ok(ExecOutput {
-            stdout: out.stdout,
-            stderr: out.stderr,
+            stdout,
+            stderr,
             exit_code,
         })
     }
+}
+
+/// Most bytes of an exec step's stdout, and of its stderr, kept; the rest
+/// is read and dropped, and a [`TRUNCATED_MARK`] line says how much.
+pub const EXEC_OUTPUT_MAX_BYTES: usize = 1 << 20;
+/// Starts the line appended to truncated output.
+pub const TRUNCATED_MARK: &str = "\n[ferrite: output truncated, ";
+
+type Capture = std::thread::JoinHandle<Vec<u8>>;
+
+/// Reads `pipe` to its end on a thread of its own, keeping `max` bytes.
+fn capture(pipe: Option<impl std::io::Read + Send + 'static>, max: usize) -> Option<Capture> {
+    let mut pipe = pipe?;
+    let reader = std::thread::spawn(move || {
+        let (mut kept, mut dropped, mut buf) = (Vec::new(), 0u64, vec![0u8; 64 << 10]);
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = max.saturating_sub(kept.len()).min(n);
+                    kept.extend_from_slice(&buf[..room]);
+                    dropped += (n - room) as u64;
+                }
+            }
+        }
+        if dropped > 0 {
+            let mark = format!("{TRUNCATED_MARK}{dropped} bytes dropped]\n");
+            kept.extend_from_slice(mark.as_bytes());
+        }
+        kept
+    });
+    Some(reader)
+}
+
+fn joined(capture: Option<Capture>) -> Vec<u8> {
+    capture.and_then(|c| c.join().ok()).unwrap_or_default()
 }
 
 /// The CPUs of the process's main thread: those the process was started
@@ -407,5 +478,88 @@ fn process_cpus() -> Option<libc::cpu_set_t> {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         let size = std::mem::size_of::<libc::cpu_set_t>();
         (libc::sched_getaffinity(libc::getpid(), size, &mut set) == 0).then_some(set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Here;
+    impl TaskHost for Here {
+        async fn blocking<R: Send + 'static>(
+            &self,
+            f: impl FnOnce() -> R + Send + 'static,
+        ) -> Result<R, String> {
+            super::super::run_caught(f)
+        }
+    }
+    struct Nowhere;
+    impl TaskStore for Nowhere {
+        async fn batch(&self, _: Vec<Request>) -> Result<Vec<Reply>, String> {
+            Err("no engine".into())
+        }
+    }
+
+    fn run_sh(script: &str, timeout_s: Option<u64>) -> TaskResult {
+        let grant = TaskGrant {
+            job: 1,
+            idx: 0,
+            id: "a".into(),
+            attempt: 0,
+            xstream: 0,
+            ready_ns: 0,
+            addr: 0,
+            record: vec![],
+            stdin: vec![],
+            inputs: vec![],
+        };
+        let step = Step::Exec {
+            cmd: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: BTreeMap::new(),
+            cwd: None,
+            timeout_s,
+        };
+        let spec = TaskSpec {
+            id: "a".into(),
+            after: vec![],
+            inputs: vec![],
+            steps: vec![step],
+            retry: None,
+        };
+        futures::executor::block_on(run_task(&grant, &spec, 1, None::<&Nowhere>, &Here))
+    }
+
+    #[test]
+    fn an_exec_step_past_its_timeout_is_killed_with_its_group_and_fails() {
+        // Guards the per-step timeout: the command and the child it left
+        // in the background are killed, and the step says why it failed.
+        let dir = tempfile::tempdir().unwrap();
+        let late = dir.path().join("late");
+        let script = format!("(sleep 3; touch {}) & sleep 600", late.display());
+        let r = run_sh(&script, Some(1));
+        let error = r.error.expect("the step failed");
+        assert!(error.contains("timed out after 1 s"), "{error}");
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        assert!(!late.exists(), "the background child was killed too");
+    }
+
+    #[test]
+    fn captured_output_is_capped_and_the_cut_is_marked() {
+        // Guards the output cap: a command printing 3 MiB keeps 1 MiB of
+        // stdout and stderr each, with a line saying how much was dropped.
+        let r = run_sh(
+            "head -c 3145728 /dev/zero; head -c 3145728 /dev/zero >&2",
+            None,
+        );
+        assert_eq!((r.exit_code, r.error.as_deref()), (0, None));
+        for out in [&r.stdout, &r.stderr] {
+            let text = String::from_utf8_lossy(&out[EXEC_OUTPUT_MAX_BYTES..]);
+            assert!(text.starts_with(TRUNCATED_MARK), "{text}");
+            assert!(text.contains("2097152 bytes dropped"), "{text}");
+        }
+        let small = run_sh("echo hi", None);
+        assert_eq!(small.stdout, b"hi\n");
     }
 }

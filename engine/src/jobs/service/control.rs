@@ -59,6 +59,8 @@ pub(super) struct Control {
     creating: HashSet<u128>,
     /// The engine's own execution streams (node [`LOCAL`]), if it offers any.
     pub local: Option<LocalNode>,
+    /// Whether jobs with exec steps are accepted (`[jobs] exec`).
+    exec: bool,
 }
 
 /// The node id of the engine's own execution streams.
@@ -133,6 +135,7 @@ impl Control {
             recorder_thread: Some(thread),
             dirty: HashSet::new(),
             resource_waits: Vec::new(),
+            exec: config.exec,
             waiters: Vec::new(),
             stores: HashMap::new(),
             default_store: config.store.clone(),
@@ -437,6 +440,7 @@ impl Control {
         };
         let path = job_state_path(&self.state_dir, job);
         let file_store = store.clone();
+        let exec = self.exec;
         let write = move || {
             create_job(
                 &path,
@@ -444,6 +448,7 @@ impl Control {
                 format,
                 job,
                 file_store.as_ref().map(|(u, r)| (u.as_str(), *r)),
+                exec,
             )
         };
         let inbox = self.inbox.clone();
@@ -619,8 +624,19 @@ fn create_job(
     format: SpecFormat,
     job: u128,
     store: Option<(&str, bool)>,
+    exec: bool,
 ) -> Result<Arc<JobGraph>, JobError> {
     let spec = parse_spec(text, format)?;
+    if !exec {
+        let with_exec = spec.tasks.iter().find(|t| {
+            t.steps
+                .iter()
+                .any(|s| matches!(s, ferrite_proto::rpc_jobs::Step::Exec { .. }))
+        });
+        if let Some(t) = with_exec {
+            return Err(JobError::ExecDisabled(t.id.clone()));
+        }
+    }
     let graph = Arc::new(JobGraph::build(job, spec)?);
     let written = JobState::create(path, &graph, now_ns()).and_then(|mut st| match store {
         Some((url, records_in_store)) => st.set_store(url, records_in_store),

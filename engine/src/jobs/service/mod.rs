@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
+use ferrite_proto::rpc_jobs::auth::{server_handshake, Service};
 use ferrite_proto::rpc_jobs::{read_frame, write_frame, TaskGrant, TaskResult, ToEngine, ToPeer};
 use ferrite_proto::tasks::recorder::Answer;
 use ferrite_xstream::{Mesh, TaskClass, XstreamConfig, XstreamId, XstreamSet};
@@ -59,6 +61,15 @@ pub struct JobServiceConfig {
     /// whose store is this engine (one of its URLs) or none. Without it the
     /// engine's streams run only jobs without a store.
     pub router: Option<Router>,
+    /// The shared-secret token every connection must prove it holds
+    /// (`ferrite_proto::rpc_jobs::auth`) before its first frame. Mandatory:
+    /// [`JobService::start_on`] refuses `None` and an empty token.
+    pub token: Option<Vec<u8>>,
+    /// Whether jobs may have exec steps (`[jobs] exec`); without, a job
+    /// with one is refused at submit.
+    pub exec: bool,
+    /// How long a connection may take to finish the handshake.
+    pub handshake_timeout: Duration,
 }
 
 /// The name of the engine's own execution streams in task rows and task
@@ -75,7 +86,16 @@ impl JobServiceConfig {
             store: None,
             task_slots: 0,
             router: None,
+            token: None,
+            exec: true,
+            handshake_timeout: Duration::from_secs(10),
         }
+    }
+
+    /// The same with `token` as the connections' shared secret.
+    pub fn with_token(mut self, token: &[u8]) -> Self {
+        self.token = Some(token.to_vec());
+        self
     }
 }
 
@@ -201,6 +221,10 @@ impl JobService {
         mesh: &Mesh,
         xstream: XstreamId,
     ) -> Result<Self, JobError> {
+        let token = match &config.token {
+            Some(t) if !t.is_empty() => Arc::new(t.clone()),
+            _ => return Err(JobError::NoToken),
+        };
         std::fs::create_dir_all(&config.state_dir).map_err(JobError::io("create state dir"))?;
         let listener = TcpListener::bind(config.listen).map_err(JobError::io("bind"))?;
         let addr = listener.local_addr().map_err(JobError::io("local addr"))?;
@@ -219,9 +243,13 @@ impl JobService {
         futures::executor::block_on(started).map_err(JobError::xstream)?;
         let stop = Arc::new(AtomicBool::new(false));
         let streams = Arc::new(Mutex::new(HashMap::new()));
+        let gate = Gate {
+            token,
+            timeout: config.handshake_timeout,
+        };
         let (ib, st, sp) = (inbox.clone(), streams.clone(), stop.clone());
         let threads = vec![spawn("jobs-listen", move || {
-            accept_loop(listener, ib, st, sp)
+            accept_loop(listener, gate, ib, st, sp)
         })?];
         Ok(Self {
             addr,
@@ -285,14 +313,42 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>
         .map_err(JobError::io("spawn thread"))
 }
 
+/// What a connection must pass before its first frame.
+#[derive(Clone)]
+struct Gate {
+    token: Arc<Vec<u8>>,
+    timeout: Duration,
+}
+
+impl Gate {
+    /// Runs the token handshake on `stream` under the pre-authentication
+    /// deadline; true when the peer proved it holds the token.
+    fn admit(&self, stream: &mut TcpStream) -> bool {
+        let mut nonce = [0u8; 16];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut nonce);
+        let deadline = Some(self.timeout);
+        if stream.set_read_timeout(deadline).is_err() || stream.set_write_timeout(deadline).is_err()
+        {
+            return false;
+        }
+        let peer = stream.peer_addr().ok();
+        if let Err(e) = server_handshake(stream, Service::Jobs, &self.token, nonce) {
+            tracing::warn!(?peer, "job connection refused: {e}");
+            return false;
+        }
+        stream.set_read_timeout(None).is_ok() && stream.set_write_timeout(None).is_ok()
+    }
+}
+
 fn accept_loop(
     listener: TcpListener,
+    gate: Gate,
     control: Inbox,
     streams: Arc<Mutex<HashMap<ConnId, TcpStream>>>,
     stop: Arc<AtomicBool>,
 ) {
     let mut next: ConnId = 1;
-    let mut handles = Vec::new();
+    let handles = Arc::new(Mutex::new(Vec::new()));
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             break;
@@ -300,33 +356,73 @@ fn accept_loop(
         let Ok(stream) = stream else { continue };
         let conn = next;
         next += 1;
-        let _ = stream.set_nodelay(true);
-        let (Ok(read_half), Ok(keep)) = (stream.try_clone(), stream.try_clone()) else {
-            continue;
-        };
-        if let Ok(mut s) = streams.lock() {
-            s.insert(conn, keep);
-        }
-        let (tx, rx) = mpsc::channel();
-        if !control.send(Input::Connected { conn, tx }) {
-            break;
-        }
-        let c = control.clone();
-        if let Ok(h) = spawn("jobs-read", move || read_loop(conn, read_half, c)) {
-            handles.push(h);
-        }
-        let st = streams.clone();
-        if let Ok(h) = spawn("jobs-write", move || write_loop(conn, stream, rx, st)) {
-            handles.push(h);
-        }
+        let (g, c, st, h) = (
+            gate.clone(),
+            control.clone(),
+            streams.clone(),
+            handles.clone(),
+        );
+        // The handshake runs on the connection's own thread, so a slow or
+        // silent peer never holds up the accept loop.
+        let _ = spawn("jobs-admit", move || {
+            admit_and_serve(conn, stream, &g, &c, &st, &h)
+        });
     }
     if let Ok(s) = streams.lock() {
         for s in s.values() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
-    for h in handles {
+    let taken = match handles.lock() {
+        Ok(mut h) => std::mem::take(&mut *h),
+        Err(_) => Vec::new(),
+    };
+    for h in taken {
         let _ = h.join();
+    }
+}
+
+/// Admits one connection (token handshake), then starts its reader and
+/// writer threads; a connection that fails the handshake is closed
+/// without a single job frame read.
+fn admit_and_serve(
+    conn: ConnId,
+    mut stream: TcpStream,
+    gate: &Gate,
+    control: &Inbox,
+    streams: &Arc<Mutex<HashMap<ConnId, TcpStream>>>,
+    handles: &Mutex<Vec<JoinHandle<()>>>,
+) {
+    let _ = stream.set_nodelay(true);
+    if let Ok(keep) = stream.try_clone() {
+        if let Ok(mut s) = streams.lock() {
+            s.insert(conn, keep); // so shutdown can end a pending handshake
+        }
+    }
+    let admitted = gate.admit(&mut stream);
+    let read_half = stream.try_clone();
+    let (true, Ok(read_half)) = (admitted, read_half) else {
+        if let Ok(mut s) = streams.lock() {
+            s.remove(&conn);
+        }
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        return;
+    };
+    let (tx, rx) = mpsc::channel();
+    if !control.send(Input::Connected { conn, tx }) {
+        return;
+    }
+    let mut started = Vec::new();
+    let c = control.clone();
+    if let Ok(h) = spawn("jobs-read", move || read_loop(conn, read_half, c)) {
+        started.push(h);
+    }
+    let st = streams.clone();
+    if let Ok(h) = spawn("jobs-write", move || write_loop(conn, stream, rx, st)) {
+        started.push(h);
+    }
+    if let Ok(mut h) = handles.lock() {
+        h.extend(started);
     }
 }
 
