@@ -359,8 +359,10 @@ mod tests {
         for (what, ok) in attempts(rw.as_fd(), r.len()) {
             assert!(!ok, "{what} through a reopened read-write fd succeeded");
         }
-        // SAFETY: fstat into a zeroed stat.
+        // SAFETY: a zeroed libc::stat is a valid value of that plain struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: the fd is open for the region's life and `st` is a valid
+        // out pointer.
         assert_eq!(unsafe { libc::fstat(r.raw_fd(), &mut st) }, 0);
         assert_eq!(st.st_size as usize, r.len(), "size unchanged");
         let ro = map_readonly(r.client_fd(), r.len()).unwrap();

@@ -131,7 +131,10 @@ fn a_client_cannot_write_map_writable_or_truncate_any_region_it_receives() {
     let targets = welcome.targets.len() as u32;
     for (i, k) in keys.iter().enumerate() {
         let got = one_sided_get(&memory, targets, k, |d, off, len| {
-            let at = memory.iter().position(|m| m.region_id == d.region_id).unwrap();
+            let at = memory
+                .iter()
+                .position(|m| m.region_id == d.region_id)
+                .unwrap();
             maps[at].read(off as usize, len as usize)
         });
         assert_eq!(got.map(|(_, v)| v), Some(vec![i as u8; 100 + i]), "{k:?}");
