@@ -227,6 +227,9 @@ fn ferrite_engine_task_slots_flag_runs_jobs_and_they_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let token = dir.path().join("token");
     std::fs::write(&token, jobs_support::TOKEN).unwrap();
+    // The engine refuses a token file others may read.
+    let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+    std::fs::set_permissions(&token, owner_only).unwrap();
     let token = token.display().to_string();
     let flags = ["--task-slots", "2", "--token-file", &token];
     let engine = server_support::EngineProcess::start(dir.path(), &flags);

@@ -68,7 +68,7 @@ fn fetch(c: &mut RawClient, k: &ferrite_proto::rpc::Key) -> Option<Vec<u8>> {
 fn a_client_cannot_write_map_writable_or_truncate_any_region_it_receives() {
     let dir = temp_dir();
     let engine = EngineProcess::start(dir.path(), &[]);
-    let mut writer = RawClient::connect_tcp(engine.tcp, None).unwrap();
+    let mut writer = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     let keys: Vec<_> = (0..40).map(|i| key(7, &format!("d{i}"), "a")).collect();
     for (i, k) in keys.iter().enumerate() {
         let value = vec![i as u8; 100 + i];

@@ -477,6 +477,7 @@ fn spec() -> JobSpec {
         args: vec!["-c".into(), "echo hi".into()],
         env: BTreeMap::from([("K".to_string(), "V".to_string())]),
         cwd: None,
+        timeout_s: None,
     };
     JobSpec {
         name: "seed".into(),
