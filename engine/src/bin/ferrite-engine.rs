@@ -225,13 +225,7 @@ fn main() -> ExitCode {
     for url in engine.urls() {
         println!("listen {url}");
     }
-    // The job service proves itself with the engine's token: the configured
-    // one or the one the engine generated in its data dir.
-    let jobs_auth = JobsAuth {
-        task_slots,
-        exec,
-        token: Some(engine.token().to_vec()),
-    };
+    let jobs_auth = JobsAuth { task_slots, exec };
     if let Some(file) = token_file {
         println!("token_file {}", file.display());
     }
@@ -249,11 +243,7 @@ fn main() -> ExitCode {
         .min_by_key(|u| !u.starts_with("unix://"));
     let jobs = match start_jobs(&jobs_listen, jobs_dir, store, jobs_auth, &engine) {
         Ok(j) => j,
-        Err(e @ JobsStartError::NoToken) => {
-            eprintln!("ferrite-engine: job service not started: {e}");
-            None
-        }
-        Err(JobsStartError::Other(e)) => {
+        Err(e) => {
             eprintln!("ferrite-engine: job service: {e}");
             let _ = engine.shutdown();
             return ExitCode::FAILURE;
@@ -278,29 +268,6 @@ fn main() -> ExitCode {
 struct JobsAuth {
     task_slots: u32,
     exec: bool,
-    /// The engine's token (`listen.token` / `listen.token_file`): the job
-    /// service refuses to start without one.
-    token: Option<Vec<u8>>,
-}
-
-/// Why the job service did not start.
-#[derive(Debug)]
-enum JobsStartError {
-    /// No token configured: the engine serves without a job service.
-    NoToken,
-    Other(String),
-}
-
-impl std::fmt::Display for JobsStartError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            JobsStartError::NoToken => f.write_str(
-                "no token (set listen.token or listen.token_file, or --token-file): \
-                 every job-service connection must prove it holds one",
-            ),
-            JobsStartError::Other(e) => f.write_str(e),
-        }
-    }
 }
 
 /// Starts the job service unless `listen` is empty; prints its address.
@@ -310,17 +277,14 @@ fn start_jobs(
     store: Option<String>,
     jobs: JobsAuth,
     engine: &ferrite_engine::EngineHandle,
-) -> Result<Option<JobService>, JobsStartError> {
+) -> Result<Option<JobService>, String> {
     let mesh = engine.mesh();
     if listen.is_empty() {
         return Ok(None);
     }
-    if jobs.token.as_ref().is_none_or(|t| t.is_empty()) {
-        return Err(JobsStartError::NoToken);
-    }
     let addr = listen
         .parse()
-        .map_err(|e| JobsStartError::Other(format!("--jobs {listen:?}: {e}")))?;
+        .map_err(|e| format!("--jobs {listen:?}: {e}"))?;
     // The resource manager runs in the control task class of the last
     // xstream (xstream 0 also accepts the engine's TCP connections).
     let xstream = ferrite_xstream::XstreamId(mesh.len() - 1);
@@ -329,12 +293,13 @@ fn start_jobs(
         store,
         task_slots: jobs.task_slots,
         router: Some(engine.router()),
-        token: jobs.token,
+        // The engine's token: the configured one or the one it generated
+        // in its data dir.
+        token: Some(engine.token().to_vec()),
         exec: jobs.exec,
         ..JobServiceConfig::new(state_dir)
     };
-    let service = JobService::start_on(config, mesh, xstream)
-        .map_err(|e| JobsStartError::Other(e.to_string()))?;
+    let service = JobService::start_on(config, mesh, xstream).map_err(|e| e.to_string())?;
     // Not a "listen URL" line: workers take the bare address.
     println!("jobs {}", service.addr());
     Ok(Some(service))

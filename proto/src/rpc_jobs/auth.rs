@@ -148,10 +148,9 @@ pub fn client_handshake<S: Read + Write>(
         VERDICT_REFUSED => return Err(AuthError::Refused),
         other => return Err(AuthError::BadVerdict(other)),
     }
-    let expected = server_proof(service, token, &server_nonce, &client_nonce);
-    if !constant_time_eq(&expected, &verdict[4..]) {
-        return Err(AuthError::BadServerProof);
-    }
+    keyed_hash(token, service.engine_label(), &client_nonce, &server_nonce)
+        .verify_slice(&verdict[4..])
+        .map_err(|_| AuthError::BadServerProof)?;
     Ok(())
 }
 
@@ -207,10 +206,6 @@ fn check_magic(service: Service, buf: &[u8]) -> Result<(), AuthError> {
         true => Ok(()),
         false => Err(AuthError::BadMagic(service, magic)),
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]
