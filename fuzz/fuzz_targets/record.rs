@@ -9,8 +9,7 @@
 
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::{
-    encode_record, record_len, RecordFlags, RecordView, HEADER_BYTES, OFF_CRC, OFF_RESERVED,
-    RECORD_ALIGN,
+    encode_record_stamped, record_len, RecordFlags, RecordView, HEADER_BYTES, OFF_CRC, RECORD_ALIGN,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -26,12 +25,12 @@ fn others<'a>(key: &RecordKey<'a>, dkey: &'a [u8], akey: &'a [u8]) -> [RecordKey
 fn reencode(view: &RecordView<'_>) {
     let key = view.key();
     let raw = view.bytes();
-    if key.validate().is_err() || raw[OFF_RESERVED..OFF_RESERVED + 2] != [0, 0] {
-        return; // encode_record refuses such keys and writes reserved as 0
+    if key.validate().is_err() {
+        return; // encode_record_stamped refuses such keys
     }
     let mut out = vec![0u8; record_len(&key, view.value().len())];
     let flags = view.flags();
-    let len = encode_record(
+    let len = encode_record_stamped(
         &mut out,
         &key,
         view.value(),
@@ -39,6 +38,7 @@ fn reencode(view: &RecordView<'_>) {
         view.addr(),
         flags,
         view.extent_offset(),
+        view.epoch(),
     )
     .expect("a parsed record's fields encode");
     assert_eq!(len, raw.len());
