@@ -98,7 +98,10 @@ mod tests {
         let wall = spin.elapsed().as_nanos() as u64;
         let c = stat.sample().unwrap();
         // A thread that spun did not sleep, however often it was preempted.
+        // The kernel brings a running thread's figures up to date only at
+        // ticks and switches, so a reading can lag by a few milliseconds
+        // on a loaded machine: half the span is far from a sleep of all of it.
         let spun = slept(b, c, wall);
-        assert!(spun < 1_000_000, "{spun}");
+        assert!(spun < wall / 2, "{spun} of {wall}");
     }
 }
