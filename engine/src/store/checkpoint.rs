@@ -202,6 +202,15 @@ impl Store {
             .read(off, b)
             .await
             .map_err(|e| self.device_error("checkpoint read", e))?;
+        if let Some(format) = CheckpointHeader::newer_format(b.as_slice()) {
+            return Err(StoreError::Layout {
+                device: self.device.to_string(),
+                reason: format!(
+                    "checkpoint area {area} holds format {format}, newer than this engine \
+                     reads (format {CHECKPOINT_FORMAT_VERSION}): open it with a newer ferrite-engine"
+                ),
+            });
+        }
         let Some(h) = CheckpointHeader::decode(b.as_slice()) else {
             return Ok(None);
         };

@@ -236,10 +236,16 @@ impl Geometry {
             return Err(bad("superblock checksum mismatch".into()));
         }
         let format = get_u32(b, SB_FORMAT);
+        if format > STORE_FORMAT_VERSION {
+            return Err(bad(format!(
+                "store format {format} is newer than this engine reads (format \
+                 {STORE_FORMAT_VERSION}): open it with a newer ferrite-engine"
+            )));
+        }
         if format != STORE_FORMAT_VERSION {
             return Err(bad(format!(
-                "unsupported store format {format} (this engine reads format \
-                 {STORE_FORMAT_VERSION}; format 1 stores must be reformatted: zero block 0)"
+                "store format {format} is older than this engine reads (format \
+                 {STORE_FORMAT_VERSION}): format 1 stores must be reformatted (zero block 0)"
             )));
         }
         let g = Self {
@@ -338,6 +344,17 @@ impl CheckpointHeader {
         }
         let crc = crc32fast::hash(&out[CK_HEADER_BYTES..CD_CRC]);
         put(out, CD_CRC, &crc.to_le_bytes());
+    }
+
+    /// The format of a header that checks (magic and CRC) but is newer
+    /// than this engine reads: such an area must not be passed over as
+    /// damaged, or recovery would fall back to an older state.
+    pub fn newer_format(b: &[u8]) -> Option<u32> {
+        let format = get_u32(b, CK_FORMAT);
+        (get_u32(b, CK_MAGIC) == CHECKPOINT_MAGIC
+            && format > CHECKPOINT_FORMAT_VERSION
+            && get_u32(b, CK_HEADER_CRC) == crc32fast::hash(&b[..CK_HEADER_CRC]))
+        .then_some(format)
     }
 
     /// `None` if the area holds no valid header.
