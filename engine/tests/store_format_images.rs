@@ -147,7 +147,9 @@ fn as_checkpoint_format_2(image: &mut [u8]) {
 
 async fn write_images() {
     let dev = ferrite_bdev::open(&format!("malloc:{DEVICE_BYTES}")).unwrap();
-    let store = Store::open(dev.clone(), StoreConfig::small()).await.unwrap();
+    let store = Store::open(dev.clone(), StoreConfig::small())
+        .await
+        .unwrap();
     fill(&store).await;
     drop(store);
     let mut image = device_bytes(&dev).await;
@@ -202,7 +204,10 @@ fn every_checked_in_format_opens_with_its_data() {
     }
     for (name, store_format, checkpoint_format) in IMAGES {
         let image = decode_sparse(&std::fs::read(image_path(name)).unwrap());
-        assert_eq!(u32::from_le_bytes(image[4..8].try_into().unwrap()), store_format);
+        assert_eq!(
+            u32::from_le_bytes(image[4..8].try_into().unwrap()),
+            store_format
+        );
         let ck = u64_at(&image, 16) as usize;
         let formats: Vec<u32> = [ck, ck + u64_at(&image, 24) as usize]
             .iter()
@@ -231,6 +236,9 @@ fn formats_this_engine_does_not_read_are_refused_by_name() {
             .find(|&a| &image[a..a + 4] == b"FCKP")
             .unwrap();
         let newer = refused(&image, area + 4, area + 60, 4).await;
-        assert!(newer.contains("format 4, newer than this engine"), "{newer}");
+        assert!(
+            newer.contains("format 4, newer than this engine"),
+            "{newer}"
+        );
     });
 }
