@@ -80,6 +80,10 @@ pub struct BenchKvArgs {
     /// RPCs stay on --engine.
     #[arg(long, conflicts_with = "no_one_sided", requires = "engine")]
     pub fabric: Option<String>,
+    /// File holding a TCP engine's token (default: $FERRITE_TOKEN,
+    /// $FERRITE_TOKEN_FILE, then /var/lib/ferrite/engine.token).
+    #[arg(long, requires = "engine")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Skip loading the keys (they are already there).
     #[arg(long)]
     pub no_load: bool,
@@ -221,7 +225,12 @@ pub fn run(args: BenchKvArgs) -> anyhow::Result<()> {
 
 fn connect(args: &BenchKvArgs) -> anyhow::Result<(Client, String)> {
     let defaults = ClientOptions::default();
+    let token = match (&args.token_file, &args.engine) {
+        (Some(file), Some(_)) => crate::auth::find_token(Some(file.as_path()), None)?,
+        _ => None,
+    };
     let opts = ClientOptions {
+        token,
         connections: args.connections.max(1),
         one_sided: !args.no_one_sided,
         bucket_cache: args.bucket_cache.unwrap_or(defaults.bucket_cache),

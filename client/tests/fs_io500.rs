@@ -79,6 +79,19 @@ fn capped_run_passes_with_few_round_trips_per_metadata_op() {
     assert!(table.contains("storage: bytes_appended "), "{table}");
     let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
     assert_eq!(json["storage_counters"]["live_bytes"].as_u64(), Some(live));
+    // The caps ended the write phases before the stonewall: IO500 would
+    // mark them, and so the score, invalid; the checks themselves passed.
+    assert_eq!(json["valid"], serde_json::Value::Bool(false), "{table}");
+    for phase in json["phases"].as_array().unwrap() {
+        let write = phase["name"].as_str().unwrap().ends_with("-write");
+        assert_eq!(phase["valid"].as_bool(), Some(!write), "{phase}");
+        if write {
+            let reasons = phase["invalid_because"].to_string();
+            assert!(reasons.contains("below the 600 s stonewall"), "{reasons}");
+            assert!(reasons.contains("stopped at its cap"), "{reasons}");
+        }
+    }
+    assert!(table.contains("[INVALID]"), "{table}");
 }
 
 #[test]

@@ -154,6 +154,7 @@ bench() {
     shift
     out=/tmp/ferrite-bench-$name.json
     timeout 300 ferrite bench kv --engine tcp://127.0.0.1:7600 \
+        --token-file "$BENCH_DIR/engine.token" \
         --fabric "verbs=$SOFTROCE_DEV0@$BENCH_SIDE" --op get --value-size 64 --json "$@" \
         >"$out" 2>/tmp/ferrite-bench.err
     brc=$?

@@ -71,6 +71,18 @@ impl Config {
         }
     }
 
+    /// What validity is judged against ([`super::validity`]).
+    pub fn limits(&self) -> super::validity::Limits {
+        super::validity::Limits {
+            stonewall: self.stonewall,
+            tasks: self.tasks,
+            ior_easy_max_transfers: self.ior_easy_max_transfers,
+            ior_hard_max_segments: self.ior_hard_max_segments,
+            mdtest_easy_max_files: self.mdtest_easy_max_files,
+            mdtest_hard_max_files: self.mdtest_hard_max_files,
+        }
+    }
+
     /// Refuses settings no phase can run with.
     pub fn validate(&self) -> Result<(), Io500Error> {
         if self.tasks == 0 || self.tasks > u32::MAX as usize {

@@ -65,6 +65,7 @@ pub mod score;
 mod tasks;
 #[cfg(test)]
 mod tests;
+pub mod validity;
 
 pub use backend::{DirEntry, EntryKind, FileOpError, FileStat, Io500Backend};
 pub use config::Config;

@@ -190,6 +190,8 @@ impl Saved {
             bytes: self.bytes,
             errors: self.errors,
             round_trips: self.round_trips,
+            valid: true,
+            invalid_because: Vec::new(),
         }
     }
 }
@@ -312,7 +314,11 @@ fn gather<B: Io500Backend>(ctx: &Ctx<B>) -> Result<RunReport, Io500Error> {
         find_expected: find_counts.1,
         leftover_entries,
         storage_counters: ctx.backend.storage_counters(),
+        valid: true,
+        invalid_because: Vec::new(),
     };
+    let mut report = report;
+    super::validity::judge(&mut report, &ctx.config.limits());
     Ok(report)
 }
 

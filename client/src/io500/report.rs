@@ -32,6 +32,10 @@ pub struct RunReport {
     /// [`crate::io500::Io500Backend::storage_counters`] at the end of the run.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub storage_counters: BTreeMap<String, u64>,
+    /// The score is valid as IO500 judges a run ([`crate::io500::validity`]).
+    pub valid: bool,
+    /// Why not, when not valid.
+    pub invalid_because: Vec<String>,
 }
 
 impl RunReport {
@@ -41,6 +45,25 @@ impl RunReport {
         self.verify_errors == 0
             && self.find_found == self.find_expected
             && self.leftover_entries == 0
+    }
+
+    /// A report of `phases` and nothing else, for tests of the rules.
+    #[cfg(test)]
+    pub(crate) fn for_tests(stonewall_seconds: f64, phases: Vec<PhaseResult>) -> Self {
+        Self {
+            backend: String::new(),
+            tasks: 1,
+            stonewall_seconds,
+            score: super::score::score(&phases),
+            phases,
+            find_found: 0,
+            find_expected: 0,
+            verify_errors: 0,
+            leftover_entries: 0,
+            storage_counters: BTreeMap::new(),
+            valid: true,
+            invalid_because: Vec::new(),
+        }
     }
 
     /// The phase called `name`, if it ran.
@@ -53,13 +76,13 @@ impl RunReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{:<20} {:>12} {:<6} {:>9} {:>12} {:>8} {:>8}",
+            "{:<20} {:>12} {:<6} {:>9} {:>12} {:>8} {:>8}  valid",
             "phase", "value", "unit", "seconds", "ops", "errors", "rt/op"
         );
         for p in &self.phases {
             let _ = writeln!(
                 out,
-                "{:<20} {:>12.3} {:<6} {:>9.2} {:>12} {:>8} {:>8}",
+                "{:<20} {:>12.3} {:<6} {:>9.2} {:>12} {:>8} {:>8}  {}",
                 p.name,
                 p.value,
                 p.unit.label(),
@@ -67,14 +90,25 @@ impl RunReport {
                 p.ops,
                 p.errors,
                 p.round_trips_per_op()
-                    .map_or_else(|| "-".to_string(), |r| format!("{r:.2}"))
+                    .map_or_else(|| "-".to_string(), |r| format!("{r:.2}")),
+                if p.valid {
+                    "yes".to_string()
+                } else {
+                    format!("[INVALID] {}", p.invalid_because.join("; "))
+                }
             );
         }
         let _ = writeln!(
             out,
-            "[SCORE] bandwidth {:.3} GiB/s : iops {:.3} kiops : total {:.3}",
-            self.score.bw_gib_s, self.score.md_kiops, self.score.score
+            "[SCORE] bandwidth {:.3} GiB/s : iops {:.3} kiops : total {:.3}{}",
+            self.score.bw_gib_s,
+            self.score.md_kiops,
+            self.score.score,
+            if self.valid { "" } else { " [INVALID]" }
         );
+        if !self.valid {
+            let _ = writeln!(out, "invalid because: {}", self.invalid_because.join("; "));
+        }
         let _ = writeln!(
             out,
             "backend {} : tasks {} : stonewall {}s : find {} of {} expected : \

@@ -186,7 +186,7 @@ fn run_phases<B: Io500Backend>(ctx: &Ctx<B>) -> Result<RunReport, Io500Error> {
     }
     let leftover_entries = count_leftovers(ctx)?;
     let verify_errors = phases.iter().map(|p| p.errors).sum();
-    Ok(RunReport {
+    let mut report = RunReport {
         backend: ctx.backend.describe(),
         tasks: ctx.config.tasks,
         stonewall_seconds: ctx.config.stonewall.as_secs_f64(),
@@ -197,7 +197,11 @@ fn run_phases<B: Io500Backend>(ctx: &Ctx<B>) -> Result<RunReport, Io500Error> {
         verify_errors,
         leftover_entries,
         storage_counters: ctx.backend.storage_counters(),
-    })
+        valid: true,
+        invalid_because: Vec::new(),
+    };
+    super::validity::judge(&mut report, &ctx.config.limits());
+    Ok(report)
 }
 
 fn count_entries<B: Io500Backend>(backend: &B, dir: &str) -> Result<u64, Io500Error> {

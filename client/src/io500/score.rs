@@ -58,6 +58,10 @@ pub struct PhaseResult {
     /// it counts them ([`crate::io500::Io500Backend::round_trips`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round_trips: Option<u64>,
+    /// Valid as IO500 judges a phase ([`crate::io500::validity`]).
+    pub valid: bool,
+    /// Why not, when not valid.
+    pub invalid_because: Vec<String>,
 }
 
 impl PhaseResult {
@@ -82,6 +86,8 @@ impl PhaseResult {
             bytes,
             errors,
             round_trips: None,
+            valid: true,
+            invalid_because: Vec::new(),
         }
     }
 
@@ -101,6 +107,8 @@ impl PhaseResult {
             bytes,
             errors,
             round_trips: None,
+            valid: true,
+            invalid_because: Vec::new(),
         }
     }
 }
