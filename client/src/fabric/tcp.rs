@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use ferrite_proto::region::RegionDescriptor;
+use ferrite_proto::rpc::message::MAX_READ_BYTES;
 use ferrite_proto::rpc::{Reply, Request};
 
 use crate::client::conn::Connection;
@@ -70,9 +71,19 @@ impl Endpoint for TcpEndpoint {
         len: usize,
         buf: &mut [u8],
     ) -> Result<()> {
-        let request = Self::request(region, offset, len, buf.len())?;
-        let bytes = reply_bytes(self.conn.url(), len, self.conn.request(&request)?)?;
-        buf[..len].copy_from_slice(&bytes);
+        check_bounds(region, offset, len, buf.len())?;
+        // Pieces of at most a request's limit, pipelined.
+        let sent: Vec<_> = pieces(offset, len)
+            .map(|(at, n)| {
+                Self::request(region, at, n, n).map(|r| (n, self.conn.request_async(&r)))
+            })
+            .collect::<Result<_>>()?;
+        let mut pos = 0;
+        for (n, reply) in sent {
+            let bytes = reply_bytes(self.conn.url(), n, futures::executor::block_on(reply)?)?;
+            buf[pos..pos + n].copy_from_slice(&bytes);
+            pos += n;
+        }
         Ok(())
     }
 
@@ -90,8 +101,46 @@ impl Endpoint for TcpEndpoint {
 /// A read sent now as its own pipelined frame; the reply completes it.
 impl AsyncReads for TcpEndpoint {
     fn read_async(&self, region: &RegionDescriptor, offset: u64, len: usize) -> ReadFuture {
-        let sent = Self::request(region, offset, len, len).map(|r| self.conn.request_async(&r));
+        let sent: Result<Vec<_>> = pieces(offset, len)
+            .map(|(at, n)| {
+                Self::request(region, at, n, n).map(|r| (n, self.conn.request_async(&r)))
+            })
+            .collect();
         let url = self.conn.url().to_string();
-        Box::pin(async move { reply_bytes(&url, len, sent?.await?) })
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(len);
+            for (n, reply) in sent? {
+                out.extend_from_slice(&reply_bytes(&url, n, reply.await?)?);
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// `(offset, len)` of the requests a read of `len` bytes at `offset` takes:
+/// one per [`MAX_READ_BYTES`] (a record of a 1 MiB value, with its header,
+/// is longer than one request may ask for; the engine refuses such a
+/// request as malformed and drops the connection).
+fn pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, usize)> {
+    (0..len.div_ceil(MAX_READ_BYTES).max(1)).map(move |i| {
+        let start = i * MAX_READ_BYTES;
+        (offset + start as u64, (len - start).min(MAX_READ_BYTES))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_longer_than_a_request_are_split() {
+        assert_eq!(pieces(10, 0).collect::<Vec<_>>(), [(10, 0)]);
+        assert_eq!(pieces(10, 5).collect::<Vec<_>>(), [(10, 5)]);
+        let m = MAX_READ_BYTES;
+        assert_eq!(
+            pieces(0, m + 88).collect::<Vec<_>>(),
+            [(0, m), (m as u64, 88)]
+        );
+        assert_eq!(pieces(0, 2 * m).count(), 2);
     }
 }

@@ -42,6 +42,11 @@ impl FsError {
             FsError::NotEmpty(_) => libc::ENOTEMPTY,
             FsError::Invalid(..) => libc::EINVAL,
             FsError::NameTooLong(_) => libc::ENAMETOOLONG,
+            // The store is at its space ceiling (or its index is full).
+            FsError::Client {
+                source: ClientError::NoSpace { .. },
+                ..
+            } => libc::ENOSPC,
             FsError::Corrupt(..) | FsError::Client { .. } => libc::EIO,
         }
     }
@@ -69,11 +74,7 @@ pub(crate) fn unexpected_reply(
     reply: crate::client::Reply,
 ) -> FsError {
     let source = match reply {
-        crate::client::Reply::Error { code, message } => ClientError::Remote {
-            op,
-            status: code as u16,
-            message,
-        },
+        crate::client::Reply::Error { code, message } => ClientError::refused(op, code, message),
         other => ClientError::Protocol {
             url,
             detail: format!("{op} answered with {other:?}"),

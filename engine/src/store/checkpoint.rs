@@ -121,6 +121,7 @@ impl Store {
                 encode_entry(body, obj, d, a, e);
                 self.add_slot_live(&mut exact, e);
             });
+            debug_assert_eq!(body.len() as u64, dir.checkpoint_bytes());
             let have = self.geo.checkpoint_bytes - HEADER_UNIT_BYTES;
             if body.len() as u64 > have {
                 return Err(StoreError::CheckpointTooLarge {
@@ -128,7 +129,7 @@ impl Store {
                     have,
                 });
             }
-            let header = CheckpointHeader {
+            let mut header = CheckpointHeader {
                 generation: self.checkpoint_generation.get() + 1,
                 replay_start,
                 log_tail: log.slots.low_addr(self.geo.segment_bytes),
@@ -138,7 +139,6 @@ impl Store {
                 body_crc: crc32fast::hash(body),
                 ..CheckpointHeader::default()
             };
-            let mut header = header;
             self.damage.borrow().fill(&mut header, self.commit_epoch());
             let bs = self.geo.block_size as usize;
             let len = unit + body.len().div_ceil(bs) * bs;

@@ -17,7 +17,7 @@
 //! update or punch of the key waits to be published, as for a cleaner
 //! copy. Byte arrays and punches always go to the hot head.
 
-use super::log::AppendSpec;
+use super::log::{AppendSpec, CLEANER_SLOTS};
 use super::Store;
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::record::RecordFlags;
@@ -55,13 +55,24 @@ impl Stream {
 impl Store {
     /// Where a foreground append of `spec` goes now: [`Stream::Cold`] for a
     /// single value whose key's newest record is published and more than
-    /// [`COLD_AFTER_RINGS`] rings old, else [`Stream::Hot`]. Synchronous:
-    /// the answer holds until the caller's next await.
+    /// [`COLD_AFTER_RINGS`] rings old, else [`Stream::Hot`]; always hot
+    /// while the free segments are down to the cleaner's
+    /// ([`CLEANER_SLOTS`]): then the open cold segment's room is what the
+    /// cleaner copies into, and foreground writes taking it, with no
+    /// segment opened (which would wait), left a nearly full log with no
+    /// room for the copies that free segments. Synchronous: the answer
+    /// holds until the caller's next await.
     pub(crate) fn stream_for(&self, spec: &AppendSpec<'_>) -> Stream {
         if !self.config.cold_writes || spec.flags != RecordFlags::empty() {
             return Stream::Hot;
         }
-        let head = self.log.borrow().head;
+        let (head, free) = {
+            let log = self.log.borrow();
+            (log.head, log.slots.free)
+        };
+        if free <= 1 + CLEANER_SLOTS {
+            return Stream::Hot;
+        }
         let old = |addr: u64| head.saturating_sub(addr) > COLD_AFTER_RINGS * self.geo.ring_bytes;
         match self.published_addr(spec.key) {
             Some(addr) if old(addr) => Stream::Cold(addr),

@@ -440,6 +440,8 @@ struct Seek {
 pub struct Directory {
     blocks: Blocks,
     keys: usize,
+    /// See [`Directory::checkpoint_bytes`] (`dir/size.rs`).
+    checkpoint_bytes: u64,
 }
 
 impl Directory {
@@ -519,8 +521,11 @@ impl Directory {
         let gap = match self.find_or_gap(block, &k) {
             Ok(raw) => {
                 let old = decode_tail(&self.blocks[block][raw.tail..raw.end]);
+                let before = Self::entry_size(dkey, akey, Some(&old));
                 let (new, out) = change(Some(old));
                 if let Some(e) = new {
+                    self.checkpoint_bytes -= before;
+                    self.account(dkey, akey, None, Some(&e));
                     let mut tail = Vec::with_capacity(32);
                     encode_tail(&mut tail, &e);
                     self.set_tail(block, &raw, &tail);
@@ -531,6 +536,7 @@ impl Directory {
         };
         let (new, out) = change(None);
         if let Some(e) = new {
+            self.account(dkey, akey, None, Some(&e));
             self.insert_in_gap(block, &k, &e, &gap);
         }
         out
@@ -607,6 +613,7 @@ impl Directory {
         if !still(&old) {
             return None;
         }
+        self.account(dkey, akey, Some(&old), Some(e));
         let mut tail = Vec::with_capacity(32);
         encode_tail(&mut tail, e);
         self.set_tail(block, &raw, &tail);
@@ -684,6 +691,7 @@ impl Directory {
         }
         self.replace_block(s.block, b);
         self.keys -= 1;
+        self.account(dkey, akey, Some(&old), None);
         Some(old)
     }
 
@@ -705,37 +713,6 @@ impl Directory {
                 }
             }
         }
-    }
-
-    /// Removes every akey of a dkey: `(akey, entry)` pairs.
-    pub fn remove_dkey(&mut self, obj: ObjectId, dkey: &[u8]) -> Vec<(Box<[u8]>, Entry)> {
-        let mut out: Vec<(Box<[u8]>, Entry)> = Vec::new();
-        self.walk(&Key::new(obj, dkey, &[]), |o, d, a, tail| {
-            let same = o == obj && d == dkey;
-            if same {
-                out.push((a.into(), decode_tail(tail)));
-            }
-            same
-        });
-        for (a, _) in &out {
-            self.remove(obj, dkey, a);
-        }
-        out
-    }
-
-    /// Removes a whole object: `(dkey, akey, entry)` triples.
-    pub fn remove_object(&mut self, obj: ObjectId) -> Vec<Removed> {
-        let mut out: Vec<Removed> = Vec::new();
-        self.walk(&Key::new(obj, &[], &[]), |o, d, a, tail| {
-            if o == obj {
-                out.push((d.into(), a.into(), decode_tail(tail)));
-            }
-            o == obj
-        });
-        for (d, a, _) in &out {
-            self.remove(obj, d, a);
-        }
-        out
     }
 
     /// Objects of `container` holding a key, after `after`, sorted by id,
@@ -856,5 +833,7 @@ impl Directory {
 mod blocks;
 mod fence;
 mod find;
+mod remove;
+mod size;
 #[cfg(test)]
 mod tests;

@@ -53,16 +53,25 @@ pub enum StoreError {
     /// No free bucket slot for a new key (grow `bucket_count`).
     #[error("bucket index is full ({keys} keys); configure more buckets")]
     IndexFull { keys: usize },
-    /// The device log has no room even after cleaning.
-    #[error("log on {device} is full: {used} of {capacity} bytes in use, {live} live")]
+    /// No space: the update would take the live data past the store's
+    /// ceiling (`space.rs`), or the log has no free segment even after
+    /// cleaning. Nothing of it was applied; deletes are still admitted.
+    #[error(
+        "no space in the store on {device}: {live} bytes live, the ceiling is {ceiling} \
+         of {capacity} bytes of log; delete data or give the target a bigger device"
+    )]
     LogFull {
         device: String,
-        used: u64,
-        capacity: u64,
         live: u64,
+        ceiling: u64,
+        capacity: u64,
     },
-    /// The checkpoint of the index does not fit its area on the device.
-    #[error("checkpoint needs {need} bytes, area holds {have}")]
+    /// The checkpoint of the index does not fit its area on the device (a
+    /// new key whose entry would not fit is refused up front, `space.rs`).
+    #[error(
+        "no space for the index: its checkpoint needs {need} bytes, the area holds {have}; \
+         delete keys or configure a larger checkpoint area"
+    )]
     CheckpointTooLarge { need: u64, have: u64 },
     /// Device geometry or on-device metadata is not what this store can use.
     #[error("store on {device}: {reason}")]

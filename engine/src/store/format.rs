@@ -83,6 +83,13 @@ pub const CE_PIECES: usize = CE_LEN + 4;
 pub const CE_FIXED_BYTES: usize = CE_PIECES + 4;
 pub const PIECE_BYTES: usize = 32;
 const _: () = assert!(CE_FIXED_BYTES == 56);
+
+/// Checkpoint bytes of an entry with keys of `dkey` and `akey` bytes and
+/// `pieces` pieces of a byte array: the fixed part and the keys, padded to
+/// 8 bytes, then the pieces.
+pub fn checkpoint_entry_bytes(dkey: usize, akey: usize, pieces: usize) -> u64 {
+    ((CE_FIXED_BYTES + dkey + akey).div_ceil(8) * 8 + pieces * PIECE_BYTES) as u64
+}
 /// Entry kinds.
 pub const KIND_SINGLE: u8 = 1;
 pub const KIND_ARRAY: u8 = 2;

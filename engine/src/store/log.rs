@@ -137,6 +137,8 @@ pub(crate) struct LogState {
     pub pending_hashes: HashMap<u64, u32, BuildHasherDefault<KeyHashHasher>>,
     pub pending_punches: u32,
     pub pending_new_keys: usize,
+    /// Record bytes of those new keys (`space.rs` counts them as live).
+    pub pending_new_bytes: u64,
     /// Group commits done when the hot head last opened a segment.
     pub commits_at_open: u64,
     /// The hot head filled its last segment with big commits: slots are
@@ -341,12 +343,7 @@ impl Store {
     }
 
     fn log_full(&self, log: &LogState) -> StoreError {
-        StoreError::LogFull {
-            device: self.device.clone(),
-            used: log.slots.used() * self.geo.segment_bytes,
-            capacity: self.geo.log_bytes,
-            live: self.live_bytes.get(),
-        }
+        self.no_room(self.live_bytes.get() + log.pending_new_bytes)
     }
 
     /// Disk use foreground writes wait at while a cleaner runs
@@ -498,6 +495,7 @@ impl Store {
         }
         if new_key {
             log.pending_new_keys += 1;
+            log.pending_new_bytes += len as u64;
         }
         log.pending.push_back(Pending {
             addr,
@@ -785,6 +783,7 @@ impl Store {
                 }
                 if p.new_key {
                     log.pending_new_keys -= 1;
+                    log.pending_new_bytes -= u64::from(p.len);
                 }
                 p
             };

@@ -109,8 +109,9 @@ impl Store {
         Self::validate(key, value.len())?;
         match *op {
             WriteOp::UpdateIf { cond, .. } => {
-                self.reserve_space(record_len(key, value.len()) as u64, None, false)
-                    .await?;
+                let len = record_len(key, value.len()) as u64;
+                self.admit_write(key, len, false)?;
+                self.reserve_space(len, None, false).await?;
                 Ok(match self.append_if(key, value, cond)? {
                     None => Step::Wait,
                     Some((_, c @ Conditional::Conflict(_))) => Step::Done(None, c),

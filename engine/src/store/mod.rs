@@ -75,6 +75,7 @@ mod ops;
 mod prepare;
 mod recover;
 mod segments;
+mod space;
 mod sync;
 mod verify;
 mod watch;
@@ -150,6 +151,10 @@ pub struct StoreConfig {
     /// log old are appended to the cold segment, not the hot head
     /// (`cold.rs`).
     pub cold_writes: bool,
+    /// The share of the device log's usable capacity, in percent, the live
+    /// data may fill (`space.rs`): an update that would take it further
+    /// fails at once with [`StoreError::LogFull`]. Default 85.
+    pub fill_ceiling_percent: u8,
 }
 
 impl Default for StoreConfig {
@@ -170,6 +175,7 @@ impl Default for StoreConfig {
             hot_value_max: 1024,
             cleaner_commit_bytes: 64 << 10,
             cold_writes: true,
+            fill_ceiling_percent: 85,
         }
     }
 }
@@ -277,6 +283,15 @@ pub struct StoreStats {
     pub live_bytes: u64,
     pub log_used_bytes: u64,
     pub log_capacity_bytes: u64,
+    /// The log less the segments it needs besides the live data
+    /// (`space.rs`): what live data could ever fill.
+    pub log_usable_bytes: u64,
+    /// The most live bytes the store admits (`space.rs`).
+    pub live_ceiling_bytes: u64,
+    /// Updates refused because they would pass the ceiling.
+    pub writes_refused_full: u64,
+    /// Cleaner bytes copied per byte the foreground wrote, since open.
+    pub cleaner_write_amp: f64,
     pub head: u64,
     pub durable: u64,
     /// Records written but not yet flushed ([`Durability::Process`]).
@@ -390,6 +405,7 @@ struct Counters {
     prepare_bytes_filled: u64,
     prepare_waits: u64,
     prepare_failures: u64,
+    writes_refused_full: u64,
 }
 
 /// The record store of one target. See the module docs.
@@ -520,6 +536,10 @@ impl Store {
             live_bytes: self.live_bytes.get(),
             log_used_bytes: log.used_bytes(self.geo.segment_bytes),
             log_capacity_bytes: self.geo.log_bytes,
+            log_usable_bytes: self.log_usable(),
+            live_ceiling_bytes: self.live_ceiling(),
+            writes_refused_full: c.writes_refused_full,
+            cleaner_write_amp: self.cleaner_write_amp_of(&c),
             head: log.head,
             durable: log.durable,
             unflushed: log

@@ -132,6 +132,7 @@ impl Store {
         log.pending_hashes.clear();
         log.pending_punches = 0;
         log.pending_new_keys = 0;
+        log.pending_new_bytes = 0;
         let (from, to) = (log.committed_appends, log.appends);
         log.undo.drop_appends(from, to);
         log.committed_appends = to;

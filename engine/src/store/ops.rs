@@ -221,6 +221,12 @@ impl Store {
         array: Option<bool>,
     ) -> Result<(u64, u64)> {
         let len = record_len(spec.key, spec.value.len()) as u64;
+        let frees = spec.flags.has(RecordFlags::TOMBSTONE)
+            || spec.flags.has(RecordFlags::PUNCH_DKEY)
+            || spec.flags.has(RecordFlags::PUNCH_OBJECT);
+        if !frees {
+            self.admit_write(spec.key, len, spec.flags.has(RecordFlags::EXTENT))?;
+        }
         let mut stream = self.stream_for(&spec);
         // Room for the cold segment, and the key's newest record may have
         // changed while it was reserved: then room at the hot head, which
@@ -288,6 +294,7 @@ impl Store {
         Self::validate(key, value.len())?;
         let len = record_len(key, value.len()) as u64;
         for _ in 0..CONDITIONAL_ROUNDS {
+            self.admit_write(key, len, false)?;
             self.reserve_space(len, None, false).await?;
             match self.append_if(key, value, cond)? {
                 None => self.wait_all_durable().await?,
