@@ -18,6 +18,7 @@
 //! engine.shutdown().unwrap();
 //! ```
 
+mod budget;
 mod bulk;
 mod conn;
 mod datadir;
