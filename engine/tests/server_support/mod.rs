@@ -317,6 +317,32 @@ impl RawClient {
     }
 }
 
+/// The code of the error frame the engine sends last before it closes
+/// `c` (panics if the last frame is not an error).
+pub fn closing_error(c: &mut RawClient) -> rpc::ErrorCode {
+    let frames = c.drain_until_closed();
+    match frames.last() {
+        Some(Reply::Error { code, .. }) => *code,
+        other => panic!("expected a closing error frame, got {other:?} (all: {frames:?})"),
+    }
+}
+
+/// A write and a read of key `i` on `c` succeed.
+pub fn healthy(c: &mut RawClient, i: u64) {
+    let k = key(5, "healthy", &i.to_string());
+    let r = c
+        .call(&Request::Update {
+            key: k.clone(),
+            value: vec![1; 8],
+        })
+        .unwrap();
+    assert!(matches!(r, Reply::Version(_)), "{r:?}");
+    assert!(matches!(
+        c.call(&Request::Fetch { key: k }).unwrap(),
+        Reply::Value(Some(_))
+    ));
+}
+
 pub fn other_error(e: impl ToString) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
