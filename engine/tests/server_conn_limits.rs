@@ -4,11 +4,16 @@
 //! or the Unix socket, gets error 2 (oversized) at once, with no body sent
 //! (an engine waiting for the body would close it at the login deadline
 //! with error 3 instead), and many such peers at once leave the engine
-//! serving others.
+//! serving others. With `--idle-timeout-s`, a logged-in connection that
+//! sends nothing is closed with error 9 while one that keeps sending is
+//! served throughout.
 
 mod server_support;
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use ferrite_proto::rpc::{ErrorCode, FrameHeader, Hello, MessageType, Reply, Request};
 use server_support::*;
@@ -73,5 +78,42 @@ fn huge_frames_before_login_are_refused_at_the_header() {
     healthy(&mut good, 100);
     let mut late = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
     healthy(&mut late, 101);
+    assert_eq!(engine.terminate(), Some(0), "engine shut down cleanly");
+}
+
+#[test]
+fn idle_connections_are_closed_and_active_ones_are_not() {
+    let dir = temp_dir();
+    let engine = EngineProcess::start(dir.path(), &["--idle-timeout-s", "2"]);
+    let mut idle = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
+    healthy(&mut idle, 0);
+    let mut active = RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = stop.clone();
+    // Keeps `active` busy (a round trip every 50 ms) until told to stop,
+    // at most 1200 rounds.
+    let worker = std::thread::spawn(move || {
+        let mut rounds = 0u64;
+        while !stopping.load(Ordering::SeqCst) && rounds < 1200 {
+            healthy(&mut active, rounds);
+            rounds += 1;
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        (active, rounds)
+    });
+    // The idle one is closed (within the clients' read timeout), with a
+    // frame saying why.
+    let frames = idle.drain_until_closed();
+    stop.store(true, Ordering::SeqCst);
+    let (mut active, rounds) = worker.join().unwrap();
+    match frames.as_slice() {
+        [Reply::Error { code, message }] => {
+            assert_eq!(*code, ErrorCode::ShuttingDown);
+            assert!(message.contains("idle"), "{message}");
+        }
+        other => panic!("expected one closing error frame, got {other:?}"),
+    }
+    assert!(rounds > 0);
+    healthy(&mut active, 5000);
     assert_eq!(engine.terminate(), Some(0), "engine shut down cleanly");
 }
