@@ -45,6 +45,12 @@ impl EngineProcess {
     /// on file bdevs in `dir`, TCP on a free loopback port; `extra` flags
     /// are appended.
     pub fn start(dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with(dir, extra, |_| {})
+    }
+
+    /// [`EngineProcess::start`], with `configure` changing the command
+    /// before it is spawned (environment, limits, where stderr goes).
+    pub fn start_with(dir: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Self {
         let unix = dir.join("engine.sock");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrite-engine"));
         cmd.arg("--data-dir")
@@ -59,6 +65,7 @@ impl EngineProcess {
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        configure(&mut cmd);
         let mut child = cmd.spawn().expect("spawn ferrite-engine");
         let stdout = child.stdout.take().expect("stdout piped");
         let (tx, rx) = mpsc::channel();
