@@ -32,6 +32,7 @@
 //! max_frame_bytes = "8M"
 //! max_inflight_per_connection = 256
 //! max_connections = 4096
+//! idle_timeout_s = 0                      # close a logged-in connection silent this long (0: never)
 //!
 //! [jobs]
 //! task_slots = 0                          # execution streams the engine offers to jobs
@@ -175,6 +176,12 @@ pub struct LimitsConfig {
     pub max_inflight_per_connection: usize,
     /// Connections served at once; more are refused with an error frame.
     pub max_connections: usize,
+    /// A logged-in connection that sends nothing for this many seconds,
+    /// with no request of its own running, is closed (one Error frame,
+    /// code 9). 0: never. Off by default: the client library does not
+    /// reconnect, so an idle client (a FUSE mount) would lose its
+    /// connections for good.
+    pub idle_timeout_s: u64,
 }
 
 /// A byte count written as an integer or as "64K", "8M", "1G".
@@ -260,6 +267,7 @@ impl Default for LimitsConfig {
             max_frame_bytes: Size(ferrite_proto::rpc::MAX_BODY_BYTES as u64),
             max_inflight_per_connection: 256,
             max_connections: 4096,
+            idle_timeout_s: 0,
         }
     }
 }
@@ -445,10 +453,13 @@ mod tests {
             buckets = 1024
             [limits]
             max_frame_bytes = 65536
+            idle_timeout_s = 30
             "#,
         )
         .unwrap();
         assert_eq!(c.cache.ring_bytes, Size(8 << 20));
+        assert_eq!(c.limits.idle_timeout_s, 30);
+        assert_eq!(EngineConfig::default().limits.idle_timeout_s, 0);
         assert_eq!(c.durability, Durability::Process);
         assert_eq!(c.flush_interval_ms, 250);
         assert_eq!(c.spin_us, 0);

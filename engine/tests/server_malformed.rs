@@ -15,29 +15,6 @@ use ferrite_proto::rpc::{
 use rand::{Rng, SeedableRng};
 use server_support::*;
 
-fn closing_error(c: &mut RawClient) -> ErrorCode {
-    let frames = c.drain_until_closed();
-    match frames.last() {
-        Some(Reply::Error { code, .. }) => *code,
-        other => panic!("expected a closing error frame, got {other:?} (all: {frames:?})"),
-    }
-}
-
-fn healthy(c: &mut RawClient, i: u64) {
-    let k = key(5, "healthy", &i.to_string());
-    let r = c
-        .call(&Request::Update {
-            key: k.clone(),
-            value: vec![1; 8],
-        })
-        .unwrap();
-    assert!(matches!(r, Reply::Version(_)), "{r:?}");
-    assert!(matches!(
-        c.call(&Request::Fetch { key: k }).unwrap(),
-        Reply::Value(Some(_))
-    ));
-}
-
 fn logged_in(engine: &EngineProcess) -> RawClient {
     RawClient::connect_tcp(engine.tcp, Some(&engine.token)).unwrap()
 }

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use ferrite_proto::rpc::{Found, Key, Reply, Request};
+use ferrite_proto::rpc::{ErrorCode, Found, Key, Reply, Request};
 use ferrite_xstream::{Event, EventQueue};
 
 use crate::client::conn::Connection;
@@ -31,6 +31,11 @@ pub(crate) struct SentBatch {
     pub(crate) n: usize,
     pub(crate) url: String,
     pub(crate) parts: Vec<(Vec<usize>, ReplyFuture)>,
+    /// The items that read (where they sit, their connection, the
+    /// request): the engine may answer one with [`ErrorCode::TooLarge`]
+    /// when the batch's replies together pass its reply budget, and it is
+    /// then asked again alone.
+    pub(crate) reads: Vec<(usize, Arc<Connection>, Request)>,
 }
 
 impl SentBatch {
@@ -40,8 +45,41 @@ impl SentBatch {
         let answers = (self.parts.into_iter())
             .map(|(at, reply)| (at, reply.wait()))
             .collect();
-        assemble_batch(self.n, &self.url, answers)
+        let mut out = assemble_batch(self.n, &self.url, answers)?;
+        for (i, conn, request) in self.reads {
+            if is_too_large(&out[i]) {
+                out[i] = conn.request(&request)?;
+            }
+        }
+        Ok(out)
     }
+}
+
+/// Whether an item was refused for the batch's reply budget. Alone, every
+/// read fits a frame (a value or an extent read is at most 1 MiB, a
+/// listing is cut with `more`); an item refused again stays refused, its
+/// message saying why.
+fn is_too_large(reply: &Reply) -> bool {
+    matches!(
+        reply,
+        Reply::Error {
+            code: ErrorCode::TooLarge,
+            ..
+        }
+    )
+}
+
+/// Items whose reply can be large: the engine may refuse them in a batch.
+fn reads(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::Fetch { .. }
+            | Request::ExtentRead { .. }
+            | Request::ListDkeys { .. }
+            | Request::ListAkeys { .. }
+            | Request::ListValues { .. }
+            | Request::Verify { .. }
+    )
 }
 
 /// The replies of a batch of `n` items in item order, from the replies of
@@ -170,7 +208,13 @@ impl Client {
             for (at, reply) in sent.parts {
                 answers.push((at, reply.await));
             }
-            assemble_batch(sent.n, &sent.url, answers)
+            let mut out = assemble_batch(sent.n, &sent.url, answers)?;
+            for (i, conn, request) in sent.reads {
+                if is_too_large(&out[i]) {
+                    out[i] = conn.request_async(&request).await?;
+                }
+            }
+            Ok(out)
         }
     }
 
@@ -178,8 +222,12 @@ impl Client {
     pub(crate) fn send_batch(&self, requests: Vec<Request>) -> SentBatch {
         let n = requests.len();
         let mut groups: Vec<(Arc<Connection>, Vec<usize>, Vec<Request>)> = Vec::new();
+        let mut read_items = Vec::new();
         for (i, r) in requests.into_iter().enumerate() {
             let conn = self.conn_for(&r);
+            if reads(&r) {
+                read_items.push((i, conn.clone(), r.clone()));
+            }
             match groups.iter_mut().find(|g| Arc::ptr_eq(&g.0, conn)) {
                 Some(g) => {
                     g.1.push(i);
@@ -197,6 +245,7 @@ impl Client {
             n,
             url: self.url(),
             parts,
+            reads: read_items,
         }
     }
 

@@ -98,6 +98,11 @@ struct Args {
     /// Refuse jobs with `exec` steps (`[jobs] exec = false`).
     #[arg(long)]
     no_exec: bool,
+    /// Close a logged-in connection that sends nothing for this many
+    /// seconds with nothing of its own running (`[limits] idle_timeout_s`;
+    /// 0: never, the default).
+    #[arg(long)]
+    idle_timeout_s: Option<u64>,
 }
 
 fn build_config(args: Args) -> Result<EngineConfig, String> {
@@ -158,6 +163,9 @@ fn build_config(args: Args) -> Result<EngineConfig, String> {
     }
     if args.no_exec {
         c.jobs.exec = false;
+    }
+    if let Some(s) = args.idle_timeout_s {
+        c.limits.idle_timeout_s = s;
     }
     Ok(c)
 }

@@ -5,18 +5,24 @@
 //! hands the encoded reply to the writer, which sends whatever replies are
 //! ready in one write. A frame that does not decode, an oversized frame or a
 //! failed login gets one error frame (request id 0) and closes this
-//! connection; nothing else is affected.
+//! connection; nothing else is affected. Before its login a connection has
+//! a small frame limit ([`handshake::PRE_AUTH_BODY_MAX_BYTES`]) and
+//! [`HANDSHAKE_TIMEOUT`]; after it, one that sends nothing for
+//! `[limits] idle_timeout_s` with none of its requests running is closed.
 
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ferrite_proto::rpc::{self, ErrorCode, FrameHeader, MessageType, Reply, Request, HEADER_BYTES};
 use ferrite_proto::FormatError;
 use futures::channel::mpsc;
 use futures::future::Either;
-use futures::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use futures::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
 use futures::{SinkExt, StreamExt};
 
 use super::bulk::BulkRegion;
@@ -25,7 +31,7 @@ use super::{handshake, route, Shared};
 /// Replies gathered into one write, at most.
 const WRITE_BATCH_BYTES: usize = 256 << 10;
 /// A connection must complete its login within this time.
-const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Read buffer per connection.
 const READ_BUFFER_BYTES: usize = 64 << 10;
 /// Most pipelined fetches found read in together that run as one batch.
@@ -115,7 +121,8 @@ pub(crate) async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, code: ErrorCode, me
     let _ = w.close().await;
 }
 
-/// Serves one connection until the peer leaves or breaks the protocol.
+/// Serves one connection until the peer leaves, breaks the protocol or
+/// stays idle past `idle_timeout`.
 pub(crate) async fn serve<S>(stream: S, fd: RawFd, shared: Arc<Shared>, transport: Transport)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
@@ -130,7 +137,6 @@ where
         }
     };
     let mut rd = BufReader::with_capacity(READ_BUFFER_BYTES, rd);
-    let max_body = shared.max_frame_bytes;
     let handshake = {
         let run = handshake::run(&mut rd, &mut wr, fd, &shared, transport);
         let deadline = glommio::timer::sleep(HANDSHAKE_TIMEOUT);
@@ -145,52 +151,54 @@ where
     };
     // The client's bulk region, if it offered one we mapped: unmapped once
     // this connection ends and the last request task holding it finished.
-    let bulk = match handshake {
-        Ok(bulk) => bulk,
-        Err(e) => {
-            if let FrameError::Refused(code, message) = e {
-                refuse(&mut wr, code, &message).await;
-            }
-            return;
-        }
-    };
+    match handshake {
+        Ok(bulk) => serve_requests(rd, wr, shared, bulk).await,
+        Err(FrameError::Refused(code, message)) => refuse(&mut wr, code, &message).await,
+        Err(FrameError::Gone) => {}
+    }
+}
+
+/// Reads requests after the login and starts a task for each (or each
+/// burst of fetches); ends when the peer leaves, breaks the protocol or
+/// stays idle, and the replies still running are written.
+async fn serve_requests<R, W>(
+    mut rd: BufReader<R>,
+    wr: W,
+    shared: Arc<Shared>,
+    bulk: Option<Arc<BulkRegion>>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + 'static,
+{
+    let max_body = shared.max_frame_bytes;
     let inflight = shared.max_inflight;
     let (tx, rx) = mpsc::channel::<Vec<u8>>(inflight);
     let writer = glommio::spawn_local(write_loop(wr, rx));
     let permits = Rc::new(glommio::sync::Semaphore::new(inflight as u64));
-    let mut fatal = None;
-    loop {
+    let idle = shared.idle_timeout;
+    let fatal = loop {
+        if !input_within(&mut rd, idle, &permits, inflight).await {
+            let idle = idle.unwrap_or_default();
+            break Some((
+                ErrorCode::ShuttingDown,
+                format!("idle for {idle:?}: closed"),
+            ));
+        }
         let (header, req) = match read_request(&mut rd, max_body).await {
             Ok(Some(frame)) => frame,
-            Ok(None) | Err(FrameError::Gone) => break,
-            Err(FrameError::Refused(code, message)) => {
-                fatal = Some((code, message));
-                break;
-            }
+            Ok(None) | Err(FrameError::Gone) => break None,
+            Err(FrameError::Refused(code, message)) => break Some((code, message)),
         };
         if matches!(req, Request::Hello(_) | Request::Login(_)) {
-            fatal = Some((ErrorCode::Malformed, "handshake repeated".to_string()));
-            break;
+            break Some((ErrorCode::Malformed, "handshake repeated".to_string()));
         }
         let Ok(permit) = permits.acquire_static_permit(1).await else {
-            break;
+            break None;
         };
         let mut burst = vec![(header.request_id, req)];
         let mut held = vec![permit];
         if matches!(burst[0].1, Request::Fetch { .. }) {
-            // Fetches already read in behind this one go to their targets
-            // with it, as one batch (no waiting for more to arrive).
-            while burst.len() < FETCH_BURST_MAX {
-                let Some((id, fetch, len)) = buffered_fetch(rd.buffer(), max_body) else {
-                    break;
-                };
-                let Ok(permit) = permits.try_acquire_static_permit(1) else {
-                    break;
-                };
-                std::pin::Pin::new(&mut rd).consume(len);
-                burst.push((id, fetch));
-                held.push(permit);
-            }
+            gather_fetches(&mut rd, &permits, max_body, &mut burst, &mut held);
         }
         let tx = tx.clone();
         let shared = shared.clone();
@@ -200,8 +208,9 @@ where
             drop(held);
         })
         .detach();
-    }
+    };
     if let Some((code, message)) = fatal {
+        tracing::debug!(?code, message, "closing connection");
         // Stop the replies still running from reaching the peer after the
         // error: the peer must see the error as the last frame.
         let mut out = Vec::new();
@@ -217,6 +226,57 @@ where
     }
     drop(tx);
     writer.await;
+}
+
+/// Takes the whole, well-formed fetches already read in behind the first
+/// one of `burst` into it (while permits are free): they go to their
+/// targets with it as one batch, with no waiting for more to arrive.
+fn gather_fetches<R: AsyncRead + Unpin>(
+    rd: &mut BufReader<R>,
+    permits: &Rc<glommio::sync::Semaphore>,
+    max_body: usize,
+    burst: &mut Vec<(u64, Request)>,
+    held: &mut Vec<glommio::sync::StaticPermit>,
+) {
+    while burst.len() < FETCH_BURST_MAX {
+        let Some((id, fetch, len)) = buffered_fetch(rd.buffer(), max_body) else {
+            break;
+        };
+        let Ok(permit) = permits.try_acquire_static_permit(1) else {
+            break;
+        };
+        std::pin::Pin::new(&mut *rd).consume(len);
+        burst.push((id, fetch));
+        held.push(permit);
+    }
+}
+
+/// Waits until the peer sends its next bytes (or closes): false when it
+/// stayed silent for `idle` while none of its requests ran (all
+/// `inflight` permits free). Waiting on the buffer's refill takes nothing
+/// from the stream, so giving up mid-wait loses no bytes.
+async fn input_within<R: AsyncRead + Unpin>(
+    rd: &mut BufReader<R>,
+    idle: Option<Duration>,
+    permits: &glommio::sync::Semaphore,
+    inflight: usize,
+) -> bool {
+    let Some(idle) = idle else {
+        return true;
+    };
+    if !rd.buffer().is_empty() {
+        return true;
+    }
+    loop {
+        let input = rd.fill_buf();
+        let timer = glommio::timer::sleep(idle);
+        futures::pin_mut!(input, timer);
+        match futures::future::select(input, timer).await {
+            Either::Left(_) => return true,
+            Either::Right(_) if permits.available() == inflight as u64 => return false,
+            Either::Right(_) => {}
+        }
+    }
 }
 
 /// The frame at the start of `buffered`, if it is there whole and is a

@@ -27,8 +27,11 @@ use super::bulk::{recvmsg_fds, BulkRegion};
 use super::conn::{read_body, read_header, FrameError, Transport};
 use super::Shared;
 
-/// Handshake frames are small; refuse anything bigger before it is read.
-const HANDSHAKE_MAX_BODY: u32 = 64;
+/// The frame limit of a connection that has not logged in: handshake
+/// bodies are tiny (Hello 20 bytes, Login 32), so a header announcing more
+/// is refused (error 2, oversized) and the connection closed before any
+/// body is read or a buffer for it allocated.
+pub(crate) const PRE_AUTH_BODY_MAX_BYTES: usize = 64;
 /// Attempts at sending the Welcome with its fds when the socket is full.
 const SEND_FDS_ATTEMPTS: usize = 1000;
 /// Pause between looks for a Login that carries a bulk region's fd.
@@ -41,9 +44,8 @@ fn refused(code: ErrorCode, message: impl Into<String>) -> FrameError {
 async fn expect<R: AsyncRead + Unpin>(
     rd: &mut R,
     want: MessageType,
-    max_body: usize,
 ) -> Result<(u64, Request), FrameError> {
-    let Some(header) = read_header(rd, max_body).await? else {
+    let Some(header) = read_header(rd, PRE_AUTH_BODY_MAX_BYTES).await? else {
         return Err(FrameError::Gone);
     };
     check_header(&header, want)?;
@@ -60,9 +62,6 @@ fn check_header(header: &FrameHeader, want: MessageType) -> Result<(), FrameErro
             ),
         ));
     }
-    if header.body_len > HANDSHAKE_MAX_BODY {
-        return Err(refused(ErrorCode::Malformed, "handshake frame too long"));
-    }
     Ok(())
 }
 
@@ -74,7 +73,6 @@ fn check_header(header: &FrameHeader, want: MessageType) -> Result<(), FrameErro
 async fn expect_login_with_fd<R: AsyncRead + Unpin>(
     rd: &mut BufReader<R>,
     fd: RawFd,
-    max_body: usize,
 ) -> Result<(u64, Request, Option<OwnedFd>), FrameError> {
     if !rd.buffer().is_empty() {
         return Err(refused(
@@ -99,7 +97,8 @@ async fn expect_login_with_fd<R: AsyncRead + Unpin>(
             Err(_) => return Err(FrameError::Gone),
         }
     }
-    let header = FrameHeader::decode(&head, max_body).map_err(FrameError::malformed)?;
+    let header =
+        FrameHeader::decode(&head, PRE_AUTH_BODY_MAX_BYTES).map_err(FrameError::malformed)?;
     check_header(&header, MessageType::Login)?;
     let login = read_body(rd, &header).await?;
     Ok((header.request_id, login, fds.into_iter().next()))
@@ -134,7 +133,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let (hello_id, hello) = match expect(rd, MessageType::Hello, shared.max_frame_bytes).await? {
+    let (hello_id, hello) = match expect(rd, MessageType::Hello).await? {
         (id, Request::Hello(h)) => (id, h),
         _ => return Err(refused(ErrorCode::Malformed, "bad Hello")),
     };
@@ -155,9 +154,9 @@ where
 
     let bulk_offered = transport == Transport::Unix && hello.flags & HELLO_BULK_REGION != 0;
     let login = if bulk_offered {
-        expect_login_with_fd(rd, fd, shared.max_frame_bytes).await?
+        expect_login_with_fd(rd, fd).await?
     } else {
-        let (id, login) = expect(rd, MessageType::Login, shared.max_frame_bytes).await?;
+        let (id, login) = expect(rd, MessageType::Login).await?;
         (id, login, None)
     };
     let (login_id, proof, bulk_fd) = match login {

@@ -6,6 +6,12 @@
 //! and the uids and gids of `[listen] allow_uids` / `allow_gids`. A refused
 //! peer gets one Error frame (code 3, unauthenticated, request id 0) before
 //! anything else, and is logged with its uid, gid and pid.
+//!
+//! An accept that fails for want of resources (EMFILE, ENFILE, ENOBUFS,
+//! ENOMEM: the engine is out of file descriptors) is retried after a pause
+//! of 10 ms doubling to 1 s ([`AcceptBackoff`]) instead of at once, which
+//! would spin the listener at full CPU; the first failure of a burst and
+//! the recovery are logged, not every retry.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -13,6 +19,7 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::channel::oneshot;
 use futures::FutureExt;
@@ -26,7 +33,58 @@ use ferrite_proto::rpc::{self, ErrorCode, MessageType, Reply};
 use ferrite_xstream::{TaskClass, XstreamId};
 
 /// How long a refused Unix peer's error frame may take to write.
-const REFUSE_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(200);
+const REFUSE_WRITE_TIMEOUT: Duration = Duration::from_millis(200);
+/// First pause after an accept failed for want of resources.
+const ACCEPT_PAUSE_FIRST: Duration = Duration::from_millis(10);
+/// Longest pause between accepts that keep failing.
+const ACCEPT_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Paces a listener whose accepts keep failing for want of resources
+/// (the process is out of file descriptors): pauses of 10 ms doubling to
+/// 1 s, one log line when a burst of failures starts and one when an
+/// accept works again.
+#[derive(Debug, Default)]
+pub(crate) struct AcceptBackoff {
+    failures: u64,
+    pause: Duration,
+}
+
+impl AcceptBackoff {
+    /// Notes a failed accept on `listener`: the pause before the next one,
+    /// or `None` to go on at once (the failure was that one connection's,
+    /// e.g. aborted before it was accepted).
+    pub(crate) fn failed(&mut self, listener: &str, e: &std::io::Error) -> Option<Duration> {
+        let scarce = matches!(
+            e.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        );
+        if !scarce {
+            tracing::warn!(listener, error = %e, "accept failed");
+            return None;
+        }
+        self.pause = match self.failures {
+            0 => {
+                tracing::warn!(
+                    listener,
+                    error = %e,
+                    "accept failing: retrying every 10 ms to 1 s until it works"
+                );
+                ACCEPT_PAUSE_FIRST
+            }
+            _ => (self.pause * 2).min(ACCEPT_PAUSE_MAX),
+        };
+        self.failures += 1;
+        Some(self.pause)
+    }
+
+    /// Notes an accept that worked, ending a burst of failures.
+    pub(crate) fn succeeded(&mut self, listener: &str) {
+        if self.failures > 0 {
+            tracing::warn!(listener, failures = self.failures, "accept works again");
+            self.failures = 0;
+        }
+    }
+}
 
 /// Who may connect to the Unix socket, by the peer's credentials.
 #[derive(Debug, Clone)]
@@ -138,23 +196,32 @@ pub(crate) fn start_tcp(
     let bound = listener.local_addr().map_err(|e| listen_error(e.into()))?;
     let task = async move {
         let mut stop = stop.fuse();
+        let mut backoff = AcceptBackoff::default();
         loop {
             let accepted = futures::select! {
                 a = listener.shared_accept().fuse() => a,
                 _ = stop => break,
             };
-            match accepted {
-                Ok(conn) => {
-                    hand_over(&shared, move |shared| async move {
-                        let stream = conn.bind_to_executor();
-                        let _ = stream.set_nodelay(true);
-                        let fd = stream.as_raw_fd();
-                        serve(stream, fd, shared, Transport::Tcp).await;
-                    })
-                    .await
+            let conn = match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    let Some(pause) = backoff.failed("tcp", &e.into()) else {
+                        continue;
+                    };
+                    futures::select! {
+                        _ = glommio::timer::sleep(pause).fuse() => continue,
+                        _ = stop => break,
+                    }
                 }
-                Err(e) => tracing::warn!(error = %e, "tcp accept failed"),
-            }
+            };
+            backoff.succeeded("tcp");
+            hand_over(&shared, move |shared| async move {
+                let stream = conn.bind_to_executor();
+                let _ = stream.set_nodelay(true);
+                let fd = stream.as_raw_fd();
+                serve(stream, fd, shared, Transport::Tcp).await;
+            })
+            .await;
         }
     };
     ferrite_xstream::spawn(TaskClass::Control, task)
@@ -224,6 +291,7 @@ fn accept_unix(
     shared: &Arc<Shared>,
     stop: &AtomicBool,
 ) {
+    let mut backoff = AcceptBackoff::default();
     for conn in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
@@ -231,10 +299,13 @@ fn accept_unix(
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, "unix accept failed");
+                if let Some(pause) = backoff.failed("unix", &e) {
+                    std::thread::sleep(pause);
+                }
                 continue;
             }
         };
+        backoff.succeeded("unix");
         if !admit(&mut conn, &shared.peers) {
             continue;
         }
@@ -264,5 +335,26 @@ where
         .await;
     if let Err(e) = sent {
         tracing::warn!(error = %e, xstream = xs.0, "could not hand over a connection");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Out of descriptors: pauses double from 10 ms to 1 s and start over
+    /// after an accept works; a failure of one connection is not paced.
+    #[test]
+    fn accept_backoff_doubles_to_a_second_and_resets() {
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        let mut b = AcceptBackoff::default();
+        let pauses: Vec<u128> = (0..10)
+            .map(|_| b.failed("tcp", &emfile).unwrap().as_millis())
+            .collect();
+        assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        b.succeeded("tcp");
+        assert_eq!(b.failed("tcp", &emfile), Some(ACCEPT_PAUSE_FIRST));
+        let aborted = std::io::Error::from_raw_os_error(libc::ECONNABORTED);
+        assert_eq!(b.failed("tcp", &aborted), None);
     }
 }

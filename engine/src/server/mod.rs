@@ -18,6 +18,7 @@
 //! engine.shutdown().unwrap();
 //! ```
 
+mod budget;
 mod bulk;
 mod conn;
 mod datadir;
@@ -63,6 +64,9 @@ pub(crate) struct Shared {
     pub(crate) incarnation: u64,
     pub(crate) max_frame_bytes: usize,
     pub(crate) max_inflight: usize,
+    /// A logged-in connection silent this long, with nothing of its own
+    /// running, is closed (`[limits] idle_timeout_s`; `None`: never).
+    pub(crate) idle_timeout: Option<std::time::Duration>,
     pub(crate) next_xstream: AtomicUsize,
     pub(crate) connections: AtomicUsize,
     pub(crate) max_connections: usize,
@@ -251,6 +255,8 @@ impl Engine {
             incarnation: rand::random(),
             max_frame_bytes: config.limits.max_frame_bytes.0 as usize,
             max_inflight: config.limits.max_inflight_per_connection,
+            idle_timeout: (config.limits.idle_timeout_s > 0)
+                .then(|| std::time::Duration::from_secs(config.limits.idle_timeout_s)),
             next_xstream: AtomicUsize::new(0),
             connections: AtomicUsize::new(0),
             max_connections: config.limits.max_connections,

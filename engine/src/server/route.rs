@@ -13,19 +13,22 @@ use ferrite_xstream::{TaskClass, XstreamId};
 use futures::future::join_all;
 
 use super::bulk::{BulkRegion, BulkSlice};
-use super::Shared;
+use super::{budget, Shared};
 use crate::target::{self, GroupWrite};
 
-/// Runs one request (after the handshake) and returns its reply. `bulk` is
-/// the connection's bulk region, if it has one.
+/// Runs one request (after the handshake) and returns its reply, within
+/// the reply budget ([`budget`]: a batch's items share it, a listing is cut
+/// at it). `bulk` is the connection's bulk region, if it has one.
 pub(crate) async fn execute(
     shared: &Arc<Shared>,
     req: Request,
     bulk: Option<&Arc<BulkRegion>>,
 ) -> Reply {
     match req {
-        Request::Batch(items) => Reply::Batch(execute_batch(shared, items, bulk).await),
-        other => execute_one(shared, other, bulk).await,
+        Request::Batch(items) => Reply::Batch(budget::bound_batch(
+            execute_batch(shared, items, bulk).await,
+        )),
+        other => budget::bound_alone(execute_one(shared, other, bulk).await),
     }
 }
 

@@ -45,6 +45,12 @@ impl EngineProcess {
     /// on file bdevs in `dir`, TCP on a free loopback port; `extra` flags
     /// are appended.
     pub fn start(dir: &Path, extra: &[&str]) -> Self {
+        Self::start_with(dir, extra, |_| {})
+    }
+
+    /// [`EngineProcess::start`], with `configure` changing the command
+    /// before it is spawned (environment, limits, where stderr goes).
+    pub fn start_with(dir: &Path, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Self {
         let unix = dir.join("engine.sock");
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrite-engine"));
         cmd.arg("--data-dir")
@@ -59,6 +65,7 @@ impl EngineProcess {
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        configure(&mut cmd);
         let mut child = cmd.spawn().expect("spawn ferrite-engine");
         let stdout = child.stdout.take().expect("stdout piped");
         let (tx, rx) = mpsc::channel();
@@ -315,6 +322,32 @@ impl RawClient {
         }
         got
     }
+}
+
+/// The code of the error frame the engine sends last before it closes
+/// `c` (panics if the last frame is not an error).
+pub fn closing_error(c: &mut RawClient) -> rpc::ErrorCode {
+    let frames = c.drain_until_closed();
+    match frames.last() {
+        Some(Reply::Error { code, .. }) => *code,
+        other => panic!("expected a closing error frame, got {other:?} (all: {frames:?})"),
+    }
+}
+
+/// A write and a read of key `i` on `c` succeed.
+pub fn healthy(c: &mut RawClient, i: u64) {
+    let k = key(5, "healthy", &i.to_string());
+    let r = c
+        .call(&Request::Update {
+            key: k.clone(),
+            value: vec![1; 8],
+        })
+        .unwrap();
+    assert!(matches!(r, Reply::Version(_)), "{r:?}");
+    assert!(matches!(
+        c.call(&Request::Fetch { key: k }).unwrap(),
+        Reply::Value(Some(_))
+    ));
 }
 
 pub fn other_error(e: impl ToString) -> std::io::Error {

@@ -19,6 +19,13 @@ pub const MAX_LIST_KEYS: usize = 4096;
 pub const MAX_LIST_VALUE_BYTES: usize = 1 << 20;
 /// Most bytes one extent or region read may return.
 pub const MAX_READ_BYTES: usize = VALUE_MAX_BYTES;
+/// Reply bytes the items of one batch share (each item's body and its
+/// 5-byte item header): an item whose reply would pass it is answered with
+/// [`ErrorCode::TooLarge`] instead, and a listing is cut to what is left
+/// (with `more` set). Also the most a listing alone returns. Below
+/// [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) with room for the refusals,
+/// so a batch reply always fits the frame a client accepts.
+pub const BATCH_REPLY_BUDGET_BYTES: usize = 4 << 20;
 /// Longest error message carried, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// Most counters one target reports in a stat reply.
@@ -252,10 +259,14 @@ pub enum ErrorCode {
     /// connection without one.
     BadRegion = 10,
     Internal = 11,
+    /// A batch item whose reply would pass the batch's reply budget
+    /// ([`BATCH_REPLY_BUDGET_BYTES`]): ask for it alone. Only batch items
+    /// get it; the connection goes on.
+    TooLarge = 12,
 }
 
 impl ErrorCode {
-    const ALL: [ErrorCode; 11] = [
+    const ALL: [ErrorCode; 12] = [
         Self::Malformed,
         Self::Oversized,
         Self::Unauthenticated,
@@ -267,6 +278,7 @@ impl ErrorCode {
         Self::ShuttingDown,
         Self::BadRegion,
         Self::Internal,
+        Self::TooLarge,
     ];
     /// Unknown codes decode as `Internal` so newer engines stay readable.
     pub fn from_u16(v: u16) -> Self {

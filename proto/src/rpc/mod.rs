@@ -39,7 +39,7 @@ pub use frame::{FrameHeader, MessageType, FLAG_REPLY, HEADER_BYTES, MAX_BODY_BYT
 pub use handshake::{Challenge, Hello, Login, TargetInfo, Welcome};
 pub use message::{
     ErrorCode, ExtentList, ExtentSpan, Found, Key, Placed, PunchScope, Reply, Request, TargetStat,
-    Verified, MAX_EXTENT_PIECES, MAX_LIST_VALUE_BYTES,
+    Verified, BATCH_REPLY_BUDGET_BYTES, MAX_EXTENT_PIECES, MAX_LIST_VALUE_BYTES,
 };
 
 use crate::FormatError;

@@ -147,7 +147,7 @@ fn data_reply() -> impl Strategy<Value = Reply> {
         (vec(bytes(20), 0..10), any::<bool>()).prop_map(|(keys, more)| Reply::Keys { keys, more }),
         (any::<bool>(), any::<u64>())
             .prop_map(|(applied, version)| Reply::Cond { applied, version }),
-        (1u16..12, "[a-zé]{0,40}").prop_map(|(c, m)| Reply::error(ErrorCode::from_u16(c), m)),
+        (1u16..13, "[a-zé]{0,40}").prop_map(|(c, m)| Reply::error(ErrorCode::from_u16(c), m)),
         verified().prop_map(Reply::Verified),
         Just(Reply::Placed(None)),
         (any::<u64>(), 0u32..=(1 << 20))
