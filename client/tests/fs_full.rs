@@ -55,7 +55,13 @@ fn small_engine(dir: &tempfile::TempDir) -> (EngineHandle, Namespace) {
 fn writes_past_the_store_ceiling_fail_with_enospc_and_deleting_makes_room() {
     let dir = tempfile::tempdir().unwrap();
     let (_engine, ns) = small_engine(&dir);
+    let empty = ns.space().unwrap();
     let (written, errno) = fill(&ns, "big");
+    // The namespace's space (statfs through a mount) says it is full.
+    let full = ns.space().unwrap();
+    assert_eq!(full.total_bytes, empty.total_bytes);
+    assert!(empty.free_bytes() > (written * PIECE) as u64, "{empty:?}");
+    assert!(full.free_bytes() < 2 * PIECE as u64, "{full:?}");
     assert_eq!(errno, libc::ENOSPC, "after {written} MiB");
     assert!(written >= 16, "only {written} MiB before ENOSPC");
     let fh = ns.open(ROOT_OBJECT, "big").unwrap();

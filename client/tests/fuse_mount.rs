@@ -114,6 +114,20 @@ fn usable() -> bool {
     true
 }
 
+/// statvfs(2) of `dir`: (size, used) in bytes.
+fn space(dir: &Path) -> (u64, u64) {
+    let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is NUL-terminated and `st` points to writable memory
+    // of the size statvfs fills.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), st.as_mut_ptr()) };
+    assert_eq!(rc, 0, "statvfs {}", dir.display());
+    // SAFETY: statvfs returned 0, so it initialised `st`.
+    let st = unsafe { st.assume_init() };
+    let block = st.f_frsize;
+    (st.f_blocks * block, (st.f_blocks - st.f_bfree) * block)
+}
+
 #[test]
 fn standard_tools_work_on_the_mount() {
     if !usable() {
@@ -170,6 +184,13 @@ fn standard_tools_work_on_the_mount() {
     assert_eq!(big.trim(), "3");
     // dd with odd block sizes, read back through the mount.
     sh(&mnt, "head -c 5000000 /dev/urandom > ../rand && dd if=../rand of=dd.bin bs=33333 status=none && cmp dd.bin ../rand");
+    // statfs says what the engine holds: its space ceiling as the size,
+    // the live data (at least the files written so far) as used.
+    let (size, used) = space(&mnt);
+    assert!(
+        used >= 5_000_000 && used < size,
+        "statfs: size {size} used {used}"
+    );
     // fio with verification.
     sh(&mnt, "fio --name=v --directory=. --rw=randwrite --size=2m --bs=4k --ioengine=psync --verify=crc32c --do_verify=1 --output=fio.out && grep -q 'err= 0' fio.out");
     // Build a small C project with make.

@@ -424,15 +424,20 @@ pub async fn handle(req: Request) -> Reply {
 }
 
 impl Target {
-    /// The store's counters, as named numbers (booleans as 0/1, a list of
-    /// numbers as `name_0`, `name_1`, …: `corrupt_offsets_0` is the log
-    /// address of the oldest damaged range kept).
+    /// The store's counters, as named numbers (booleans as 0/1, a fraction
+    /// as `name_permille`, a list of numbers as `name_0`, `name_1`, …:
+    /// `corrupt_offsets_0` is the log address of the oldest damaged range
+    /// kept).
     fn stat(&self) -> TargetStat {
         let mut counters = Vec::new();
         if let Ok(serde_json::Value::Object(map)) = serde_json::to_value(self.store.stats()) {
             for (name, value) in map {
                 let n = match value {
-                    serde_json::Value::Number(n) => n.as_u64(),
+                    serde_json::Value::Number(n) => n.as_u64().or_else(|| {
+                        let permille = (n.as_f64()? * 1000.0).round() as u64;
+                        counters.push((format!("{name}_permille"), permille));
+                        None
+                    }),
                     serde_json::Value::Bool(b) => Some(u64::from(b)),
                     serde_json::Value::Array(items) => {
                         let numbers = items.iter().filter_map(|v| v.as_u64());

@@ -123,6 +123,12 @@ fn fill_to_no_space(len: usize) {
                 "{st:?}"
             );
             assert_eq!(st.writes_refused_full, 1, "{st:?}");
+            // Nothing is dead, so no pass could free a segment: the cleaner
+            // stays idle rather than copying and checkpointing for nothing.
+            glommio::timer::sleep(Duration::from_millis(500)).await;
+            let idle = s.stats();
+            assert_eq!(idle.cleaner_passes, st.cleaner_passes, "{idle:?}");
+            assert_eq!(idle.checkpoints, st.checkpoints, "{idle:?}");
             // A full store refuses again, at once.
             assert!(matches!(
                 put(&s, acked, &value(acked, 0, len)).await,

@@ -25,6 +25,8 @@ pub mod error;
 mod file;
 pub mod io500;
 mod many;
+mod space;
+pub use space::Space;
 
 pub use entry::{Entry, EntryKind};
 pub use error::{FsError, FsResult};

@@ -354,16 +354,23 @@ impl Filesystem for FerriteFuse {
         reply.ok();
     }
 
+    /// The engine's space ([`ferrite_client::fs::Space`]): its targets'
+    /// ceilings as the size, their live data as used. Inodes are not
+    /// counted apart (each takes a few records of the same space): the
+    /// free inodes are the free blocks.
     fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
-        // The engine does not report free space per namespace yet; report a
-        // large, constant capacity so tools that check free space proceed.
-        let blocks = 1u64 << 32;
+        let space = match self.ns.space() {
+            Ok(space) => space,
+            Err(e) => return reply.error(e.errno()),
+        };
+        let block = u64::from(BLOCK_BYTES);
+        let (blocks, free) = (space.total_bytes / block, space.free_bytes() / block);
         reply.statfs(
             blocks,
+            free,
+            free,
             blocks,
-            blocks,
-            1 << 32,
-            1 << 32,
+            free,
             BLOCK_BYTES,
             255,
             BLOCK_BYTES,

@@ -128,7 +128,17 @@ impl Store {
     /// from cleaning, and checkpointing, all the time.) A cleaning run,
     /// once [due](Self::cleaning_due), goes on while this holds.
     pub fn cleaning_wanted(&self) -> bool {
-        self.cleaner_behind() || self.wall_waiters.get() > 0
+        self.reclaimable() && (self.cleaner_behind() || self.wall_waiters.get() > 0)
+    }
+
+    /// Does the log hold a segment's worth of bytes that are not live
+    /// (dead records, tombstones, abandoned rests of segments)? If not, no
+    /// pass can free a segment: it would copy live records forward and
+    /// checkpoint for nothing, again and again (a store three quarters
+    /// full of live data once ran 13 000 passes so while a write waited).
+    fn reclaimable(&self) -> bool {
+        let dead = self.log_used().saturating_sub(self.live_bytes.get());
+        dead >= self.geo.segment_bytes
     }
 
     /// Should the background cleaner start a cleaning run: is the log over
@@ -139,7 +149,7 @@ impl Store {
     /// shrink the live data a little do not start a run (and its
     /// checkpoint) to free what they freed.
     pub fn cleaning_due(&self) -> bool {
-        self.log_used() > self.band().1 || self.wall_waiters.get() > 0
+        self.reclaimable() && (self.log_used() > self.band().1 || self.wall_waiters.get() > 0)
     }
 
     /// The cleaning band's marks (bottom, top) as disk use (`band.rs`):
