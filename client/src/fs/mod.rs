@@ -25,8 +25,7 @@ pub mod error;
 mod file;
 pub mod io500;
 mod many;
-mod space;
-pub use space::Space;
+pub mod space;
 
 pub use entry::{Entry, EntryKind};
 pub use error::{FsError, FsResult};

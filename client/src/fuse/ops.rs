@@ -354,7 +354,7 @@ impl Filesystem for FerriteFuse {
         reply.ok();
     }
 
-    /// The engine's space ([`ferrite_client::fs::Space`]): its targets'
+    /// The engine's space ([`ferrite_client::fs::space::Space`]): its targets'
     /// ceilings as the size, their live data as used. Inodes are not
     /// counted apart (each takes a few records of the same space): the
     /// free inodes are the free blocks.

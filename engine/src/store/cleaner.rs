@@ -131,16 +131,6 @@ impl Store {
         self.reclaimable() && (self.cleaner_behind() || self.wall_waiters.get() > 0)
     }
 
-    /// Does the log hold a segment's worth of bytes that are not live
-    /// (dead records, tombstones, abandoned rests of segments)? If not, no
-    /// pass can free a segment: it would copy live records forward and
-    /// checkpoint for nothing, again and again (a store three quarters
-    /// full of live data once ran 13 000 passes so while a write waited).
-    fn reclaimable(&self) -> bool {
-        let dead = self.log_used().saturating_sub(self.live_bytes.get());
-        dead >= self.geo.segment_bytes
-    }
-
     /// Should the background cleaner start a cleaning run: is the log over
     /// the band's top ([`Store::band`]), or over three quarters of the
     /// device log, or is a foreground write waiting at the disk budget
