@@ -5,7 +5,9 @@
 //! xstreams = 2                            # one target per xstream; default: every allowed core
 //! # cores = [2, 3]                        # pin to exactly these cores instead
 //! spin_us = 100                          # an idle xstream polls this long before it sleeps (0: at once)
-//! bdev = "uring:{dir}/target-{i}.bdev?size=1G"   # `{i}` = target index
+//! bdev = "uring:{dir}/target-{i}.bdev?size=auto" # `{i}` = target index; auto: half the
+//!                                       # free space shared by the targets, 1 GiB-1 TiB each,
+//!                                       # sparse; an existing file keeps its size (capacity.rs)
 //! durability = "device"                  # ack after flush; "process": ack once written,
 //! flush_interval_ms = 1000                # flushed this often (process mode only)
 //!
@@ -43,7 +45,7 @@
 //! let config = ferrite_engine::config::EngineConfig::from_toml_str(
 //!     "data_dir = \"/d\"\nxstreams = 1\n[listen]\ntcp = \"127.0.0.1:0\"\n",
 //! ).unwrap();
-//! assert_eq!(config.bdev_spec(0), "uring:/d/target-0.bdev?size=1G");
+//! assert_eq!(config.bdev_spec(0), "uring:/d/target-0.bdev?size=auto");
 //! assert_eq!(config.unix_path().unwrap(), std::path::PathBuf::from("/d/engine.sock"));
 //! ```
 
@@ -215,7 +217,7 @@ impl Default for EngineConfig {
             xstreams: None,
             cores: None,
             spin_us: DEFAULT_SPIN_US,
-            bdev: "uring:{dir}/target-{i}.bdev?size=1G".into(),
+            bdev: "uring:{dir}/target-{i}.bdev?size=auto".into(),
             durability: Durability::Device,
             flush_interval_ms: 1000,
             listen: ListenConfig::default(),
@@ -310,6 +312,24 @@ impl EngineConfig {
 
     fn expand(&self, template: &str) -> String {
         template.replace("{dir}", &self.data_dir.to_string_lossy())
+    }
+
+    /// Replaces `size=auto` in the bdev spec with the size of `targets`
+    /// files ([`crate::capacity`]); other specs are left as they are.
+    pub fn resolve_auto_size(&mut self, targets: usize) -> Result<(), String> {
+        let specs: Vec<_> = (0..targets).map(|i| self.bdev_spec(i)).collect();
+        let paths: Vec<&std::path::Path> = specs
+            .iter()
+            .filter_map(|s| s.split_once(':'))
+            .filter(|(backend, _)| matches!(*backend, "uring" | "pmem"))
+            .map(|(_, rest)| std::path::Path::new(rest.split('?').next().unwrap_or(rest)))
+            .collect();
+        if paths.is_empty() {
+            return Ok(());
+        }
+        self.bdev = crate::capacity::resolve(&self.bdev, &paths)
+            .map_err(|e| format!("bdev size=auto: free space of the data dir: {e}"))?;
+        Ok(())
     }
 
     /// The bdev spec of target `i`.

@@ -26,6 +26,7 @@
 //! engine.shutdown().unwrap();
 //! ```
 
+pub mod capacity;
 pub mod config;
 pub mod fabric;
 pub mod jobs;

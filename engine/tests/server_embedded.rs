@@ -134,3 +134,33 @@ fn bad_config_is_refused_before_anything_starts() {
     assert!(err.to_string().contains("infiniband"), "{err}");
     assert!(!dir.path().join("target-0.bdev").exists());
 }
+
+/// `size=auto` (the default bdev): a new target file is created sparse with
+/// the size the free space gives it (at least 1 GiB), and kept at its size
+/// when the engine starts again.
+#[test]
+fn auto_sized_bdev_files_are_sparse_and_keep_their_size() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = temp_dir();
+    let mut config = EngineConfig::for_temp_dir(dir.path());
+    config.bdev = "uring:{dir}/target-{i}.bdev?size=auto".into();
+    let file = dir.path().join("target-0.bdev");
+    let engine = Engine::start(config.clone()).unwrap();
+    let meta = std::fs::metadata(&file).unwrap();
+    assert!(
+        meta.len() >= ferrite_engine::capacity::AUTO_SIZE_FLOOR,
+        "{}",
+        meta.len()
+    );
+    assert!(
+        meta.blocks() * 512 < meta.len() / 4,
+        "not sparse: {} blocks",
+        meta.blocks()
+    );
+    engine.shutdown().unwrap();
+    // The file is there: it keeps its size, whatever the free space is now.
+    let len = meta.len();
+    let engine = Engine::start(config).unwrap();
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), len);
+    engine.shutdown().unwrap();
+}

@@ -213,13 +213,16 @@ fn register_shm(regions: &[StoreRegions]) -> Result<ShmFabric> {
 impl Engine {
     /// Starts an engine: opens or recovers every target, registers the
     /// regions, starts listening. Returns once it accepts connections.
-    pub fn start(config: EngineConfig) -> Result<EngineHandle> {
+    pub fn start(mut config: EngineConfig) -> Result<EngineHandle> {
         config.validate()?;
         datadir::prepare(&config.data_dir)?;
         let dir_lock = datadir::DirLock::take(&config.data_dir)?;
         let token = datadir::token(&config)?;
         datadir::raise_open_file_limit();
         let cores = config.resolve_cores()?;
+        config
+            .resolve_auto_size(cores.len())
+            .map_err(ServerError::Config)?;
         let (set, regions) = start_targets(&config, cores)?;
         datadir::restrict_bdev_files(&config, set.len())?;
         let shm = match config.has_provider("shm") {
