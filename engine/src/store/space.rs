@@ -41,10 +41,12 @@ impl Store {
     }
 
     /// The device log less the segments the log needs besides the live
-    /// data (see the module docs).
+    /// data (see the module docs), or half of it if that is less (a log of
+    /// a few big segments: 128 MiB in 32 MiB segments had nothing left).
     pub fn log_usable(&self) -> u64 {
         let (log, seg) = (self.geo.log_bytes, self.geo.segment_bytes);
-        log.saturating_sub((RESERVED_SEGMENTS + CLEANER_SLOTS as u64) * seg)
+        let room = (RESERVED_SEGMENTS + CLEANER_SLOTS as u64) * seg;
+        log - room.min(log / 2)
     }
 
     /// Admits an update that adds `grows` bytes of live data, or refuses it
