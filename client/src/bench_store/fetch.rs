@@ -2,7 +2,7 @@
 //! call or a batch per call, and several tasks fetching one key per call
 //! at once (the xstream's concurrency, as the update figures have it).
 
-use super::imp::{histogram, key, key_bytes, thread_cpu_secs};
+use super::common::{histogram, key, key_bytes, thread_cpu_secs};
 use ferrite_engine::store::Store;
 use hdrhistogram::Histogram;
 use std::cell::RefCell;
