@@ -47,6 +47,8 @@ mod chase;
 mod common;
 #[cfg(feature = "embedded")]
 mod fetch;
+#[cfg(feature = "embedded")]
+mod fill;
 
 /// Arguments of `ferrite bench store`.
 #[derive(clap::Args, Debug, Clone)]
@@ -76,6 +78,16 @@ pub struct BenchStoreArgs {
     /// Skip the cleaner idle-vs-busy case.
     #[arg(long)]
     pub no_cleaner: bool,
+    /// Run only the fill case at these levels (percent of the log's usable
+    /// capacity, e.g. 0,10,50,70,85): 4 KiB overwrites/s on a store that
+    /// full against the first level's, the cleaner's bytes copied per byte
+    /// written, and the latency of the first write refused at the ceiling
+    /// (`bench_store/fill.rs`).
+    #[arg(long, value_delimiter = ',', conflicts_with = "cleaner_only")]
+    pub fill_levels: Vec<u8>,
+    /// Device size of the fill case, MiB.
+    #[arg(long, default_value_t = 256)]
+    pub fill_device_mib: u64,
     /// Run only the cleaner idle-vs-busy case (no update/fetch cases).
     #[arg(long, conflicts_with = "no_cleaner")]
     pub cleaner_only: bool,
@@ -155,8 +167,11 @@ pub fn run(args: BenchStoreArgs) -> anyhow::Result<()> {
 
 #[cfg(feature = "embedded")]
 mod imp {
-    use super::common::{config, device_file, device_spec, histogram, key, key_bytes, on_xstream};
+    use super::common::{
+        config, device_file, device_spec, histogram, key, key_bytes, on_xstream, write_whole,
+    };
     use super::fetch::{fetch_concurrent, fetch_many, FETCH_BATCH};
+    use super::fill::fill_case;
     use super::{BenchStoreArgs, ColdKeys, Figure};
     use anyhow::Context;
     use ferrite_engine::store::{Store, StoreConfig, StoreStats};
@@ -166,25 +181,6 @@ mod imp {
     use std::path::Path;
     use std::rc::Rc;
     use std::time::Instant;
-
-    /// Writes `bytes` of zeros to `file` and syncs it: every block
-    /// allocated before the store opens it. Then drops the file's pages
-    /// from the page cache: a direct write over cached pages also
-    /// invalidates them, which a device's first lap would pay and later
-    /// ones not.
-    fn write_whole(file: &Path, bytes: u64) -> anyhow::Result<()> {
-        use std::os::fd::AsRawFd;
-        let zeros = vec![0u8; 1 << 20];
-        let mut f = std::fs::File::create(file).with_context(|| format!("creating {file:?}"))?;
-        for _ in 0..bytes.div_ceil(zeros.len() as u64) {
-            std::io::Write::write_all(&mut f, &zeros)?;
-        }
-        f.sync_all()?;
-        // SAFETY: a plain advice call on an open descriptor.
-        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        anyhow::ensure!(rc == 0, "posix_fadvise on {file:?}: error {rc}");
-        Ok(())
-    }
 
     pub fn run_all(args: &BenchStoreArgs) -> anyhow::Result<Vec<Figure>> {
         let tmp;
@@ -196,6 +192,18 @@ mod imp {
             }
         };
         let mut figures = Vec::new();
+        if !args.fill_levels.is_empty() {
+            for kind in &args.bdevs {
+                let (levels, mib) = (&args.fill_levels, args.fill_device_mib);
+                let measured = fill_case(kind, &dir, levels, mib, args.concurrency.max(1))?;
+                figures.extend(measured.into_iter().map(|(name, unit, ferrite)| Figure {
+                    name,
+                    unit,
+                    ferrite,
+                }));
+            }
+            return Ok(figures);
+        }
         for kind in &args.bdevs {
             for &size in args.sizes.iter().filter(|_| !args.cleaner_only) {
                 let r = case(args, kind, size, &dir);

@@ -112,3 +112,22 @@ pub(super) fn thread_cpu_secs() -> f64 {
     }
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
+
+/// Writes `bytes` of zeros to `file` and syncs it: every block
+/// allocated before the store opens it. Then drops the file's pages
+/// from the page cache: a direct write over cached pages also
+/// invalidates them, which a device's first lap would pay and later
+/// ones not.
+pub(super) fn write_whole(file: &Path, bytes: u64) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    let zeros = vec![0u8; 1 << 20];
+    let mut f = std::fs::File::create(file).with_context(|| format!("creating {file:?}"))?;
+    for _ in 0..bytes.div_ceil(zeros.len() as u64) {
+        std::io::Write::write_all(&mut f, &zeros)?;
+    }
+    f.sync_all()?;
+    // SAFETY: a plain advice call on an open descriptor.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    anyhow::ensure!(rc == 0, "posix_fadvise on {file:?}: error {rc}");
+    Ok(())
+}

@@ -363,6 +363,10 @@ fn fit_caps(client: &Client, args: &Args, config: &mut Config) -> anyhow::Result
     let room_of = |t: &ferrite_proto::rpc::TargetStat| {
         let get = |name: &str| t.counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
         let mut free = get("log_capacity_bytes")?.saturating_sub(get("log_used_bytes")?);
+        // What the target still admits (its space ceiling), where it says.
+        if let (Some(ceiling), Some(live)) = (get("live_ceiling_bytes"), get("live_bytes")) {
+            free = free.min(ceiling.saturating_sub(live));
+        }
         if embedded {
             free = free.min(get("ring_bytes")?);
         }
