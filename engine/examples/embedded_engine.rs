@@ -18,7 +18,7 @@ fn call(s: &mut TcpStream, id: u64, req: &Request) -> Result<Reply, Box<dyn std:
     s.write_all(&out)?;
     let mut head = [0u8; HEADER_BYTES];
     s.read_exact(&mut head)?;
-    let header = FrameHeader::decode(&head, rpc::MAX_BODY_BYTES)?;
+    let header = FrameHeader::decode(&head, rpc::BODY_BYTES_MAX)?;
     let mut body = vec![0u8; header.body_len as usize];
     s.read_exact(&mut body)?;
     Ok(rpc::decode_reply(&header, &body)?)

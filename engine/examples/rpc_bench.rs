@@ -46,7 +46,7 @@ impl Conn {
     fn recv(&mut self) -> Result<Reply, Error> {
         let mut head = [0u8; HEADER_BYTES];
         self.s.read_exact(&mut head)?;
-        let h = FrameHeader::decode(&head, rpc::MAX_BODY_BYTES)?;
+        let h = FrameHeader::decode(&head, rpc::BODY_BYTES_MAX)?;
         let mut body = vec![0u8; h.body_len as usize];
         self.s.read_exact(&mut body)?;
         Ok(rpc::decode_reply(&h, &body)?)

@@ -62,7 +62,7 @@ use crate::store::Durability;
 /// on a loaded client, so a client that pipelines finds its xstream awake.
 pub const DEFAULT_SPIN_US: u64 = 100;
 /// Largest [`EngineConfig::spin_us`] accepted (10 ms).
-pub const MAX_SPIN_US: u64 = 10_000;
+pub const SPIN_US_MAX: u64 = 10_000;
 
 /// Everything an engine needs to start. Build it in code, or read
 /// `engine.toml` with [`EngineConfig::from_toml_str`].
@@ -266,7 +266,7 @@ impl Default for CacheConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            max_frame_bytes: Size(ferrite_proto::rpc::MAX_BODY_BYTES as u64),
+            max_frame_bytes: Size(ferrite_proto::rpc::BODY_BYTES_MAX as u64),
             max_inflight_per_connection: 256,
             max_connections: 4096,
             idle_timeout_s: 0,
@@ -406,21 +406,21 @@ impl EngineConfig {
                 ));
             }
         }
-        if self.spin_us > MAX_SPIN_US {
+        if self.spin_us > SPIN_US_MAX {
             return bad(format!(
-                "spin_us {}: at most {MAX_SPIN_US} (an idle xstream polls this long before it sleeps)",
+                "spin_us {}: at most {SPIN_US_MAX} (an idle xstream polls this long before it sleeps)",
                 self.spin_us
             ));
         }
-        if !(4..=crate::store::MAX_MAIN_BUCKETS).contains(&self.cache.buckets) {
+        if !(4..=crate::store::MAIN_BUCKETS_MAX).contains(&self.cache.buckets) {
             return bad(format!(
                 "cache.buckets {} is not between 4 and {}",
                 self.cache.buckets,
-                crate::store::MAX_MAIN_BUCKETS
+                crate::store::MAIN_BUCKETS_MAX
             ));
         }
         let frame = self.limits.max_frame_bytes.0;
-        if frame < 4096 || frame > ferrite_proto::rpc::MAX_BODY_BYTES as u64 {
+        if frame < 4096 || frame > ferrite_proto::rpc::BODY_BYTES_MAX as u64 {
             return bad(format!(
                 "limits.max_frame_bytes {frame}: must be in 4K..=8M"
             ));

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use ferrite_proto::rpc::{
-    ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat, MAX_LIST_VALUE_BYTES,
+    ErrorCode, Found, Key, Placed, PunchScope, Reply, Request, TargetStat, LIST_VALUE_BYTES_MAX,
 };
 
 use crate::server::BulkSlice;
@@ -20,7 +20,7 @@ use crate::store::{
 use ferrite_proto::key::RecordKey;
 
 /// Most keys one list request returns from one target.
-pub const LIST_LIMIT_MAX: usize = ferrite_proto::rpc::message::MAX_LIST_KEYS;
+pub const LIST_LIMIT_MAX: usize = ferrite_proto::rpc::message::LIST_KEYS_MAX;
 
 /// The store of this xstream's target and its state.
 #[derive(Debug)]
@@ -370,7 +370,7 @@ pub async fn handle(req: Request) -> Reply {
                     &akey,
                     after.as_deref(),
                     n,
-                    MAX_LIST_VALUE_BYTES,
+                    LIST_VALUE_BYTES_MAX,
                 )
             });
             Reply::Values { entries, more }

@@ -2,14 +2,14 @@
 //! as the engine decodes a request, Challenge and Welcome as the client
 //! decodes a reply. The first input byte picks the message, the rest is its
 //! body. What decodes must encode to a body that decodes to the same
-//! message; a Welcome holds 1 to MAX_TARGETS targets and at most
-//! MAX_REGIONS valid region descriptors; a login proof made from the nonces
+//! message; a Welcome holds 1 to TARGETS_MAX targets and at most
+//! REGIONS_MAX valid region descriptors; a login proof made from the nonces
 //! just decoded verifies under its token and under no other.
 
 #![no_main]
 
 use ferrite_proto::rpc::handshake::{
-    self, login_proof, verify_login_proof, MAX_REGIONS, MAX_TARGETS, NONCE_BYTES,
+    self, login_proof, verify_login_proof, NONCE_BYTES, REGIONS_MAX, TARGETS_MAX,
 };
 use ferrite_proto::rpc::{MessageType, Reply, Request};
 use libfuzzer_sys::fuzz_target;
@@ -33,8 +33,8 @@ fn reply(kind: MessageType, body: &[u8]) {
         return;
     };
     if let Reply::Welcome(w) = &reply {
-        assert!((1..=MAX_TARGETS).contains(&w.targets.len()));
-        assert!(w.regions.len() <= MAX_REGIONS);
+        assert!((1..=TARGETS_MAX).contains(&w.targets.len()));
+        assert!(w.regions.len() <= REGIONS_MAX);
         for r in &w.regions {
             r.validate().expect("a decoded descriptor is valid");
         }

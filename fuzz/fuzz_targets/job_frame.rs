@@ -13,11 +13,11 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::fmt::Debug;
 
 /// Most frames read from one input (inputs are small; this bounds the loop).
-const MAX_FRAMES: usize = 64;
+const FRAMES_MAX: usize = 64;
 
 fn stream<T: DeserializeOwned + Serialize + PartialEq + Debug>(data: &[u8]) {
     let mut rest = data;
-    for _ in 0..MAX_FRAMES {
+    for _ in 0..FRAMES_MAX {
         let before = rest.len();
         match read_frame::<_, T>(&mut rest) {
             Ok(Some(msg)) => {

@@ -12,8 +12,8 @@ use ferrite_proto::qp_info::{QpInfo, QP_INFO_BYTES};
 use ferrite_proto::region::{RegionDescriptor, DESCRIPTOR_BYTES};
 use libfuzzer_sys::fuzz_target;
 
-/// The most descriptors the client accepts (side.rs `MAX_DESCRIPTORS`).
-const MAX_DESCRIPTORS: u32 = 4096;
+/// The most descriptors the client accepts (side.rs `DESCRIPTORS_MAX`).
+const DESCRIPTORS_MAX: u32 = 4096;
 
 fuzz_target!(|data: &[u8]| {
     let Some((head, rest)) = data.split_first_chunk::<QP_INFO_BYTES>() else {
@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let count = u32::from_le_bytes(*count);
-    if count > MAX_DESCRIPTORS {
+    if count > DESCRIPTORS_MAX {
         return;
     }
     for _ in 0..count {

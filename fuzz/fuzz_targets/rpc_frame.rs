@@ -8,14 +8,14 @@
 
 #![no_main]
 
-use ferrite_proto::rpc::{self, MessageType, Reply, Request, HEADER_BYTES, MAX_BODY_BYTES};
+use ferrite_proto::rpc::{self, MessageType, Reply, Request, BODY_BYTES_MAX, HEADER_BYTES};
 use libfuzzer_sys::fuzz_target;
 
 fn check_request(header: &rpc::FrameHeader, body: &[u8]) {
     if let Ok(req) = rpc::decode_request(header, body) {
         let mut wire = Vec::new();
         rpc::encode_request(header.request_id, &req, &mut wire);
-        let (h, len) = rpc::split_frame(&wire, MAX_BODY_BYTES)
+        let (h, len) = rpc::split_frame(&wire, BODY_BYTES_MAX)
             .expect("re-encoded frame has a valid header")
             .expect("re-encoded frame is whole");
         assert_eq!(len, wire.len());
@@ -42,7 +42,7 @@ fn check_reply(header: &rpc::FrameHeader, body: &[u8]) {
         }
         let mut wire = Vec::new();
         rpc::encode_reply(header.kind, header.request_id, &reply, &mut wire);
-        let (h, _) = rpc::split_frame(&wire, MAX_BODY_BYTES)
+        let (h, _) = rpc::split_frame(&wire, BODY_BYTES_MAX)
             .expect("re-encoded frame has a valid header")
             .expect("re-encoded frame is whole");
         let again = rpc::decode_reply(&h, &wire[HEADER_BYTES..]).expect("re-encoded reply decodes");
@@ -53,7 +53,7 @@ fn check_reply(header: &rpc::FrameHeader, body: &[u8]) {
 fuzz_target!(|data: &[u8]| {
     // As a stream of frames.
     let mut at = 0;
-    while let Ok(Some((header, len))) = rpc::split_frame(&data[at..], MAX_BODY_BYTES) {
+    while let Ok(Some((header, len))) = rpc::split_frame(&data[at..], BODY_BYTES_MAX) {
         if at + len > data.len() {
             break;
         }

@@ -603,7 +603,7 @@ mod tests {
     fn decodes(s: &Seed) -> bool {
         let b = &s.bytes[..];
         match s.target {
-            "rpc_frame" => rpc::split_frame(b, rpc::MAX_BODY_BYTES)
+            "rpc_frame" => rpc::split_frame(b, rpc::BODY_BYTES_MAX)
                 .ok()
                 .flatten()
                 .is_some_and(|(h, len)| {

@@ -29,7 +29,7 @@ pub(crate) fn register_membarrier() {
 }
 
 /// Smallest io_uring buffer memory an xstream is started with.
-pub const MIN_IO_MEMORY_BYTES: usize = 1 << 20;
+pub const IO_MEMORY_BYTES_MIN: usize = 1 << 20;
 /// Locked memory the rings of one xstream take besides `io_memory` (three
 /// rings of glommio's default depth, rounded up generously).
 pub const RING_OVERHEAD_BYTES: usize = 256 << 10;
@@ -143,7 +143,7 @@ pub fn io_memory_for_limit(requested: usize, xstreams: usize) -> Result<usize> {
 /// The sizing rule behind [`io_memory_for_limit`]: privileged processes and
 /// unlimited limits get what they asked for; otherwise each xstream gets an
 /// equal part of the limit after ring overhead, at most `requested`, and at
-/// least [`MIN_IO_MEMORY_BYTES`] or an error.
+/// least [`IO_MEMORY_BYTES_MIN`] or an error.
 pub fn fit_io_memory(
     requested: usize,
     xstreams: usize,
@@ -157,8 +157,8 @@ pub fn fit_io_memory(
     let overhead = (RING_OVERHEAD_BYTES * xstreams) as u64;
     let per_xstream = (limit.saturating_sub(overhead) / xstreams as u64) as usize & !4095;
     let wanted = requested.min(per_xstream);
-    if wanted < MIN_IO_MEMORY_BYTES.min(requested) {
-        let needed = (MIN_IO_MEMORY_BYTES.min(requested) + RING_OVERHEAD_BYTES) * xstreams;
+    if wanted < IO_MEMORY_BYTES_MIN.min(requested) {
+        let needed = (IO_MEMORY_BYTES_MIN.min(requested) + RING_OVERHEAD_BYTES) * xstreams;
         return Err(Error::MemlockTooLow {
             limit_bytes: limit,
             needed_bytes: needed as u64,
@@ -198,7 +198,7 @@ mod tests {
         assert_eq!(fit_io_memory(ten, 4, Some(1 << 20), true).unwrap(), ten);
         assert_eq!(fit_io_memory(ten, 4, None, false).unwrap(), ten);
         let got = fit_io_memory(ten, 2, Some(8 << 20), false).unwrap();
-        assert!(got < ten && got >= MIN_IO_MEMORY_BYTES, "{got}");
+        assert!(got < ten && got >= IO_MEMORY_BYTES_MIN, "{got}");
         assert!(2 * (got + RING_OVERHEAD_BYTES) <= 8 << 20);
         let err = fit_io_memory(ten, 8, Some(64 << 10), false).unwrap_err();
         let msg = err.to_string();

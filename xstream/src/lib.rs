@@ -105,7 +105,7 @@ mod set;
 pub use alloc::tune_allocator;
 pub use checks::{
     allowed_cores, check_io_uring, fit_io_memory, io_memory_for_limit, process_cores,
-    resolve_cores, MIN_IO_MEMORY_BYTES, RING_OVERHEAD_BYTES,
+    resolve_cores, IO_MEMORY_BYTES_MIN, RING_OVERHEAD_BYTES,
 };
 pub use config::{ClassShares, TaskClass, XstreamConfig, XstreamId, DEFAULT_IO_MEMORY_BYTES};
 pub use context::{current, current_mesh, spawn, yield_now};

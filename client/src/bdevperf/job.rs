@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// complete synchronously and would otherwise never yield).
 const YIELD_EVERY: u32 = 64;
 /// Highest latency the histogram holds: 60 s in nanoseconds.
-const MAX_LATENCY_NS: u64 = 60_000_000_000;
+const LATENCY_NS_MAX: u64 = 60_000_000_000;
 
 /// What one xstream does.
 pub(super) struct Plan {
@@ -52,7 +52,7 @@ fn thread_cpu_time() -> Duration {
 
 fn histogram() -> Histogram<u64> {
     // Bounds are constants that hdrhistogram accepts.
-    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("valid histogram bounds")
+    Histogram::new_with_bounds(1, LATENCY_NS_MAX, 3).expect("valid histogram bounds")
 }
 
 struct Shared<'a> {

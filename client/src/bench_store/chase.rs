@@ -16,13 +16,13 @@ const LINE_WORDS: usize = 8;
 
 /// Largest buffer chased (a 1 MiB value case holds a gigabyte of records;
 /// past a few hundred MiB the latency no longer grows with the size).
-pub const MAX_CHASE_BYTES: usize = 256 << 20;
+pub const CHASE_BYTES_MAX: usize = 256 << 20;
 
 /// Mean nanoseconds of one dependent load over `bytes` (at least two cache
-/// lines, at most [`MAX_CHASE_BYTES`]) visiting every line once, in a
+/// lines, at most [`CHASE_BYTES_MAX`]) visiting every line once, in a
 /// random single cycle, `loads` times in all.
 pub fn dependent_load_ns(bytes: usize, loads: usize) -> f64 {
-    let lines = (bytes.min(MAX_CHASE_BYTES) / (LINE_WORDS * 8)).max(2);
+    let lines = (bytes.min(CHASE_BYTES_MAX) / (LINE_WORDS * 8)).max(2);
     let (words, start) = cycle(lines);
     // One lap first, so that the buffer is as cached as it will get.
     let mut at = chase(&words, start, lines);

@@ -193,7 +193,7 @@ impl Client {
         async move { reply::version("delete", f.await?) }
     }
 
-    /// Sends `requests` (at most `MAX_BATCH_ITEMS`) now, as one batch frame
+    /// Sends `requests` (at most `BATCH_ITEMS_MAX`) now, as one batch frame
     /// per connection that serves their targets, so that the engine runs
     /// each part on the owning xstream with no hop between xstreams. The
     /// future gives the replies in request order (`Reply::Error` per failed

@@ -26,7 +26,7 @@ use crate::client::waiter::{Answer, ReplyFuture, Sink, Waiter};
 use crate::fabric::shm::{recv_with_fds, send_with_fds};
 
 /// Largest reply body this client accepts.
-pub const MAX_REPLY_BODY_BYTES: usize = rpc::MAX_BODY_BYTES;
+pub const REPLY_BODY_BYTES_MAX: usize = rpc::BODY_BYTES_MAX;
 
 pub(crate) enum Stream {
     Tcp(TcpStream),
@@ -290,7 +290,7 @@ fn handshake_frame(stream: &mut Stream, url: &EngineUrl, fds: &mut Vec<OwnedFd>)
         detail,
     };
     loop {
-        if let Some((header, len)) = rpc::split_frame(&buf, MAX_REPLY_BODY_BYTES)? {
+        if let Some((header, len)) = rpc::split_frame(&buf, REPLY_BODY_BYTES_MAX)? {
             if buf.len() >= len {
                 if buf.len() > len {
                     return Err(Error::Protocol {

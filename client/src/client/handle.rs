@@ -7,7 +7,7 @@ use std::time::Duration;
 use ferrite_proto::key::RecordKey;
 use ferrite_proto::region::{Provider, RegionDescriptor, RegionKind};
 use ferrite_proto::rpc::handshake::WELCOME_SERVED_BY;
-use ferrite_proto::rpc::message::MAX_BATCH_ITEMS;
+use ferrite_proto::rpc::message::BATCH_ITEMS_MAX;
 use ferrite_proto::rpc::{
     Found, Key, PunchScope, Reply, Request, TargetInfo, TargetStat, Verified,
 };
@@ -621,7 +621,7 @@ impl Client {
         }
     }
 
-    /// Runs data requests as batches of up to `MAX_BATCH_ITEMS`, each sent as
+    /// Runs data requests as batches of up to `BATCH_ITEMS_MAX`, each sent as
     /// one frame per connection serving its targets
     /// ([`batch_async`](Self::batch_async)); replies in order,
     /// `Reply::Error` per failed item.
@@ -629,7 +629,7 @@ impl Client {
         let mut out = Vec::with_capacity(requests.len());
         let mut it = requests.into_iter().peekable();
         while it.peek().is_some() {
-            let chunk: Vec<Request> = it.by_ref().take(MAX_BATCH_ITEMS).collect();
+            let chunk: Vec<Request> = it.by_ref().take(BATCH_ITEMS_MAX).collect();
             out.extend(self.send_batch(chunk).wait()?);
         }
         Ok(out)

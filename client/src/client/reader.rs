@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use ferrite_proto::rpc::{self, Reply};
 
-use crate::client::conn::{Stream, MAX_REPLY_BODY_BYTES};
+use crate::client::conn::{Stream, REPLY_BODY_BYTES_MAX};
 use crate::client::error::Error;
 use crate::client::spin::SpinPolicy;
 use crate::client::waiter::{Answer, Sink, Waiter};
@@ -341,7 +341,7 @@ fn next_frame(
 ) -> Result<Option<(rpc::FrameHeader, Vec<u8>)>, String> {
     let mut spin_until = None;
     loop {
-        match rpc::split_frame(buf, MAX_REPLY_BODY_BYTES) {
+        match rpc::split_frame(buf, REPLY_BODY_BYTES_MAX) {
             Err(e) => return Err(format!("bad frame from engine: {e}")),
             Ok(Some((header, len))) if buf.len() >= len => {
                 let body = buf[rpc::HEADER_BYTES..len].to_vec();

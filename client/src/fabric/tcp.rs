@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ferrite_proto::region::RegionDescriptor;
-use ferrite_proto::rpc::message::MAX_READ_BYTES;
+use ferrite_proto::rpc::message::READ_BYTES_MAX;
 use ferrite_proto::rpc::{Reply, Request};
 
 use crate::client::conn::Connection;
@@ -118,13 +118,13 @@ impl AsyncReads for TcpEndpoint {
 }
 
 /// `(offset, len)` of the requests a read of `len` bytes at `offset` takes:
-/// one per [`MAX_READ_BYTES`] (a record of a 1 MiB value, with its header,
+/// one per [`READ_BYTES_MAX`] (a record of a 1 MiB value, with its header,
 /// is longer than one request may ask for; the engine refuses such a
 /// request as malformed and drops the connection).
 fn pieces(offset: u64, len: usize) -> impl Iterator<Item = (u64, usize)> {
-    (0..len.div_ceil(MAX_READ_BYTES).max(1)).map(move |i| {
-        let start = i * MAX_READ_BYTES;
-        (offset + start as u64, (len - start).min(MAX_READ_BYTES))
+    (0..len.div_ceil(READ_BYTES_MAX).max(1)).map(move |i| {
+        let start = i * READ_BYTES_MAX;
+        (offset + start as u64, (len - start).min(READ_BYTES_MAX))
     })
 }
 
@@ -136,7 +136,7 @@ mod tests {
     fn reads_longer_than_a_request_are_split() {
         assert_eq!(pieces(10, 0).collect::<Vec<_>>(), [(10, 0)]);
         assert_eq!(pieces(10, 5).collect::<Vec<_>>(), [(10, 5)]);
-        let m = MAX_READ_BYTES;
+        let m = READ_BYTES_MAX;
         assert_eq!(
             pieces(0, m + 88).collect::<Vec<_>>(),
             [(0, m), (m as u64, 88)]

@@ -187,7 +187,7 @@ impl Namespace {
     ) -> super::FsFuture {
         let chunk = u64::from(fh.entry.chunk_size.max(1));
         let pieces = (offset + data.len() as u64).div_ceil(chunk) - offset / chunk;
-        if pieces as usize + 1 > ferrite_proto::rpc::message::MAX_BATCH_ITEMS {
+        if pieces as usize + 1 > ferrite_proto::rpc::message::BATCH_ITEMS_MAX {
             let done = self.write_and_close(fh, offset, data);
             return Box::pin(async move { done });
         }

@@ -271,7 +271,7 @@ impl Namespace {
             }));
         }
         let sent: Vec<_> = punches
-            .chunks(ferrite_proto::rpc::message::MAX_BATCH_ITEMS)
+            .chunks(ferrite_proto::rpc::message::BATCH_ITEMS_MAX)
             .map(|part| self.client.batch_async(part.to_vec()))
             .collect();
         let url = self.client.url();

@@ -47,10 +47,10 @@ pub const NAME_MAX_BYTES: usize = 255;
 /// How names and chunks are removed (see the module guide).
 pub(crate) const REMOVE_SCOPE: PunchScope = PunchScope::Akey;
 /// Entries per readdir page asked of the engine: the most a listing gives
-/// (`MAX_LIST_KEYS`). Against 1024, io500's find over 1.78 million entries
+/// (`LIST_KEYS_MAX`). Against 1024, io500's find over 1.78 million entries
 /// (separate engine, three runs each, alternating) took 36-39 engine CPU
 /// ticks instead of 45-48, at 4.98-5.43 against 4.85-4.93 M entries/s.
-pub const READDIR_PAGE: u32 = ferrite_proto::rpc::message::MAX_LIST_KEYS as u32;
+pub const READDIR_PAGE: u32 = ferrite_proto::rpc::message::LIST_KEYS_MAX as u32;
 
 /// A page of directory entry names, each with its encoded entry when the
 /// listing carried it.

@@ -1,5 +1,5 @@
 //! Reply budgets: no reply frame the engine sends passes the
-//! [`MAX_BODY_BYTES`] a client accepts (proto `FORMAT.md`, "Reply budget").
+//! [`BODY_BYTES_MAX`] a client accepts (proto `FORMAT.md`, "Reply budget").
 //!
 //! A lone reply fits by construction (a value or a read is at most 1 MiB)
 //! except a listing, whose keys may each be 4 KiB: it is cut at
@@ -12,8 +12,8 @@
 //! The values are fetched before the budget is applied: it bounds the
 //! reply frame, not the memory the fetches of one batch take.
 
-use ferrite_proto::rpc::message::MAX_BATCH_ITEMS;
-use ferrite_proto::rpc::{ErrorCode, Reply, BATCH_REPLY_BUDGET_BYTES, MAX_BODY_BYTES};
+use ferrite_proto::rpc::message::BATCH_ITEMS_MAX;
+use ferrite_proto::rpc::{ErrorCode, Reply, BATCH_REPLY_BUDGET_BYTES, BODY_BYTES_MAX};
 
 /// Bytes in front of each batch reply item: u8 type, u32 body_len.
 const ITEM_HEADER_BYTES: usize = 1 + 4;
@@ -25,8 +25,8 @@ const TOO_LARGE_BODY_MAX_BYTES: usize = 2 + 2 + TOO_LARGE_MESSAGE_MAX_BYTES;
 // The budget and a refusal for every item fit the frame (u16 item count
 // in front).
 const _: () = assert!(
-    2 + BATCH_REPLY_BUDGET_BYTES + MAX_BATCH_ITEMS * (ITEM_HEADER_BYTES + TOO_LARGE_BODY_MAX_BYTES)
-        <= MAX_BODY_BYTES
+    2 + BATCH_REPLY_BUDGET_BYTES + BATCH_ITEMS_MAX * (ITEM_HEADER_BYTES + TOO_LARGE_BODY_MAX_BYTES)
+        <= BODY_BYTES_MAX
 );
 
 /// Bytes of `reply`'s body as `Reply::encode_body` writes them.
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn a_batch_of_large_values_fits_the_frame() {
         let mib = 1 << 20;
-        let replies: Vec<Reply> = (0..MAX_BATCH_ITEMS).map(|_| value(mib)).collect();
+        let replies: Vec<Reply> = (0..BATCH_ITEMS_MAX).map(|_| value(mib)).collect();
         let bounded = bound_batch(replies);
         let kept = bounded
             .iter()
@@ -217,10 +217,10 @@ mod tests {
         }
         let mut frame = Vec::new();
         rpc::encode_reply(MessageType::Batch, 1, &Reply::Batch(bounded), &mut frame);
-        assert!(frame.len() - rpc::HEADER_BYTES <= MAX_BODY_BYTES);
-        let (header, _) = rpc::split_frame(&frame, MAX_BODY_BYTES).unwrap().unwrap();
+        assert!(frame.len() - rpc::HEADER_BYTES <= BODY_BYTES_MAX);
+        let (header, _) = rpc::split_frame(&frame, BODY_BYTES_MAX).unwrap().unwrap();
         let decoded = rpc::decode_reply(&header, &frame[rpc::HEADER_BYTES..]).unwrap();
-        assert!(matches!(decoded, Reply::Batch(items) if items.len() == MAX_BATCH_ITEMS));
+        assert!(matches!(decoded, Reply::Batch(items) if items.len() == BATCH_ITEMS_MAX));
     }
 
     /// A listing of 4096 keys of 4 KiB (16 MiB) is cut, alone and in a

@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use ferrite_proto::rpc::handshake::MAX_REGIONS;
+use ferrite_proto::rpc::handshake::REGIONS_MAX;
 
 /// Largest bulk region the engine maps for one connection.
 pub(crate) const BULK_REGION_MAX_BYTES: u64 = 1 << 30;
@@ -188,14 +188,14 @@ impl crate::store::ExtentSink for BulkSlice {
 
 /// One `recvmsg` on socket `fd` into `buf` with `flags` (e.g.
 /// `MSG_DONTWAIT`), and the fds of any `SCM_RIGHTS` message it carried
-/// (close-on-exec; at most [`MAX_REGIONS`], the kernel closes the rest).
+/// (close-on-exec; at most [`REGIONS_MAX`], the kernel closes the rest).
 /// The engine reads a bulk region's fd with it; tests read shm fds.
 pub fn recvmsg_fds(
     fd: RawFd,
     buf: &mut [u8],
     flags: libc::c_int,
 ) -> std::io::Result<(usize, Vec<OwnedFd>)> {
-    let fd_bytes = MAX_REGIONS * std::mem::size_of::<RawFd>();
+    let fd_bytes = REGIONS_MAX * std::mem::size_of::<RawFd>();
     // SAFETY: CMSG_SPACE is a pure computation on a length.
     let space = unsafe { libc::CMSG_SPACE(fd_bytes as u32) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];

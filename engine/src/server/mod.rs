@@ -193,7 +193,7 @@ fn register_all<F: Fabric>(fabric: F, regions: &[StoreRegions]) -> Result<F> {
 /// them.
 fn register_shm(regions: &[StoreRegions]) -> Result<ShmFabric> {
     let fabric = register_all(ShmFabric::default(), regions)?;
-    if 3 * regions.len() > ferrite_proto::rpc::handshake::MAX_REGIONS {
+    if 3 * regions.len() > ferrite_proto::rpc::handshake::REGIONS_MAX {
         tracing::info!(
             targets = regions.len(),
             "too many targets to export device logs"

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ferrite_proto::rpc::{ErrorCode, Key, PunchScope, Reply, Request, MAX_LIST_VALUE_BYTES};
+use ferrite_proto::rpc::{ErrorCode, Key, PunchScope, Reply, Request, LIST_VALUE_BYTES_MAX};
 use ferrite_xstream::{TaskClass, XstreamId};
 use futures::future::join_all;
 
@@ -306,7 +306,7 @@ fn merge_objects(replies: Vec<Reply>, limit: usize) -> Reply {
 }
 
 /// Merges per-target sorted, disjoint (dkey, value) lists into one of at
-/// most `limit`, leaving out values past [`MAX_LIST_VALUE_BYTES`] in all
+/// most `limit`, leaving out values past [`LIST_VALUE_BYTES_MAX`] in all
 /// (the client fetches those).
 fn merge_values(replies: Vec<Reply>, limit: usize) -> Reply {
     let split = |reply| match reply {
@@ -314,7 +314,7 @@ fn merge_values(replies: Vec<Reply>, limit: usize) -> Reply {
         error => Err(error),
     };
     merge(replies, limit, split, |mut entries, more| {
-        let mut left = MAX_LIST_VALUE_BYTES;
+        let mut left = LIST_VALUE_BYTES_MAX;
         for (_, value) in &mut entries {
             match value {
                 Some(v) if v.len() <= left => left -= v.len(),
@@ -449,11 +449,11 @@ mod tests {
     }
 
     /// Per-target value listings merge in key order, cut to the limit, and
-    /// keep at most MAX_LIST_VALUE_BYTES of values in all: later ones are
+    /// keep at most LIST_VALUE_BYTES_MAX of values in all: later ones are
     /// left out (the client fetches them), their names kept.
     #[test]
     fn merged_values_keep_order_and_the_value_budget() {
-        let half = MAX_LIST_VALUE_BYTES / 2;
+        let half = LIST_VALUE_BYTES_MAX / 2;
         let values = |entries: Vec<(&[u8], Option<usize>)>, more| Reply::Values {
             entries: entries
                 .into_iter()

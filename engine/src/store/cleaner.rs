@@ -53,7 +53,7 @@ const CHECKPOINT_AMORTIZE: u64 = 8;
 /// so short passes keep the log's peak low.
 const PASS_FREE_SEGMENTS: u64 = 2;
 /// Segments more live than this are never worth cleaning.
-const MAX_VICTIM_USE: f64 = 0.95;
+const VICTIM_USE_MAX: f64 = 0.95;
 /// Shares of the cleaner's task queue while the log is within the
 /// cleaning band's bottom (`band.rs`; foreground queues default to
 /// 1000).
@@ -318,7 +318,7 @@ impl Store {
                 let sealed = n != FREE && !open && (n + 1) * seg <= published;
                 let u = live as f64 / seg as f64;
                 let age = (log.head - slots.born[s].min(log.head) + 1) as f64;
-                (sealed && u < MAX_VICTIM_USE).then(|| (victim_score(u, age, behind), n, live))
+                (sealed && u < VICTIM_USE_MAX).then(|| (victim_score(u, age, behind), n, live))
             })
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0));

@@ -12,11 +12,11 @@ use super::dir::{pieces_in, Entry, ExtentMap};
 use super::{Store, StoreError};
 use crate::store::error::Result;
 use ferrite_proto::key::RecordKey;
-use ferrite_proto::rpc::{ExtentList, ExtentSpan, MAX_EXTENT_PIECES};
+use ferrite_proto::rpc::{ExtentList, ExtentSpan, EXTENT_PIECES_MAX};
 
 impl Store {
     /// The extent map of the key's byte array, at most
-    /// [`MAX_EXTENT_PIECES`] pieces (a longer one is cut, `covered_end`
+    /// [`EXTENT_PIECES_MAX`] pieces (a longer one is cut, `covered_end`
     /// saying where); `None` if the key is absent.
     pub fn extent_list(&self, key: &RecordKey<'_>) -> Result<Option<ExtentList>> {
         Self::validate(key, 0)?;
@@ -44,16 +44,16 @@ impl Store {
     }
 }
 
-/// The list of entry `e`'s extent `map`, cut at [`MAX_EXTENT_PIECES`].
+/// The list of entry `e`'s extent `map`, cut at [`EXTENT_PIECES_MAX`].
 fn list_of(e: &Entry, map: &ExtentMap) -> ExtentList {
     let all = pieces_in(map, 0, u64::MAX);
-    let covered_end = match all.get(MAX_EXTENT_PIECES) {
+    let covered_end = match all.get(EXTENT_PIECES_MAX) {
         Some((first_out, _)) => *first_out,
         None => u64::MAX,
     };
     let pieces = all
         .into_iter()
-        .take(MAX_EXTENT_PIECES)
+        .take(EXTENT_PIECES_MAX)
         .map(|(start, p)| ExtentSpan {
             start,
             end: p.end,

@@ -83,7 +83,7 @@ mod watch;
 pub use checkpoint::CheckpointInfo;
 
 /// Most main-area buckets a table may have (bucket indexes are 32-bit).
-pub const MAX_MAIN_BUCKETS: u64 = 1 << 31;
+pub const MAIN_BUCKETS_MAX: u64 = 1 << 31;
 pub use cleaner::{CleanReport, CLEANER_SHARES};
 pub use error::{Result, StoreError};
 pub use format::Geometry;
@@ -111,7 +111,7 @@ pub struct StoreConfig {
     /// Region id of the bucket region; the log ring gets `region_id + 1`.
     pub region_id: u32,
     /// Main-area buckets (3 slots each): any count from 4 to
-    /// [`MAX_MAIN_BUCKETS`]; a power of two indexes by mask.
+    /// [`MAIN_BUCKETS_MAX`]; a power of two indexes by mask.
     pub bucket_count: u64,
     /// Overflow buckets for chaining.
     pub overflow_buckets: u32,

@@ -45,11 +45,11 @@ impl Store {
             op: "channel",
             source,
         })?;
-        if !(4..=super::MAX_MAIN_BUCKETS).contains(&config.bucket_count) {
+        if !(4..=super::MAIN_BUCKETS_MAX).contains(&config.bucket_count) {
             return Err(StoreError::Invalid(format!(
                 "bucket_count {} is not between 4 and {}",
                 config.bucket_count,
-                super::MAX_MAIN_BUCKETS
+                super::MAIN_BUCKETS_MAX
             )));
         }
         let block0 = read_at(&*chan, &device, 0, HEADER_UNIT_BYTES).await?;

@@ -19,7 +19,7 @@ use ferrite_proto::record::{RecordFlags, RecordView};
 use ferrite_proto::region::{RegionDescriptor, RegionKind};
 use ferrite_proto::rpc::handshake::{login_proof, HELLO_WANT_SHM};
 use ferrite_proto::rpc::{
-    self, FrameHeader, Hello, Login, Reply, Request, Welcome, HEADER_BYTES, MAX_BODY_BYTES,
+    self, FrameHeader, Hello, Login, Reply, Request, Welcome, BODY_BYTES_MAX, HEADER_BYTES,
 };
 
 /// How long an engine may take to print `ready`.
@@ -279,7 +279,7 @@ impl RawClient {
     }
 
     fn finish_recv(&mut self, head: [u8; HEADER_BYTES]) -> std::io::Result<(FrameHeader, Reply)> {
-        let header = FrameHeader::decode(&head, MAX_BODY_BYTES).map_err(other_error)?;
+        let header = FrameHeader::decode(&head, BODY_BYTES_MAX).map_err(other_error)?;
         let mut body = vec![0u8; header.body_len as usize];
         self.stream.read_exact(&mut body)?;
         let reply = rpc::decode_reply(&header, &body).map_err(other_error)?;

@@ -3,7 +3,7 @@
 use super::codec::{len_u16, len_u32, Put, Reader};
 use super::extents::{get_extents, put_extents};
 use super::frame::MessageType;
-use super::handshake::{Challenge, Hello, Login, Welcome, MAX_TARGETS};
+use super::handshake::{Challenge, Hello, Login, Welcome, TARGETS_MAX};
 use super::message::*;
 use crate::key::KEY_PART_MAX_BYTES;
 use crate::record::VALUE_MAX_BYTES;
@@ -60,13 +60,13 @@ fn put_bulk(out: &mut Vec<u8>, key: &Key, offset: u64, region_offset: u64, len: 
     out.put_u32(len);
 }
 
-/// Key, offset, region_offset and len of a bulk request; len ≤ [`MAX_READ_BYTES`].
+/// Key, offset, region_offset and len of a bulk request; len ≤ [`READ_BYTES_MAX`].
 fn get_bulk(r: &mut Reader<'_>) -> Result<(Key, u64, u64, u32), FormatError> {
     let key = Key::decode_from(r)?;
     let offset = r.u64()?;
     let region_offset = r.u64()?;
     let len = r.u32()?;
-    if len as usize > MAX_READ_BYTES {
+    if len as usize > READ_BYTES_MAX {
         return Err(r.range("len", u64::from(len)));
     }
     Ok((key, offset, region_offset, len))
@@ -83,7 +83,7 @@ fn get_placed(r: &mut Reader<'_>) -> Result<Option<Placed>, FormatError> {
     let found = get_bool(r, "found")?;
     let version = r.u64()?;
     let len = r.u32()?;
-    if len as usize > MAX_READ_BYTES {
+    if len as usize > READ_BYTES_MAX {
         return Err(r.range("len", u64::from(len)));
     }
     match found {
@@ -109,7 +109,7 @@ fn put_verified(out: &mut Vec<u8>, v: &Verified) {
             *records,
             0,
             *addr,
-            utf8_prefix(reason, MAX_MESSAGE_BYTES),
+            utf8_prefix(reason, MESSAGE_BYTES_MAX),
         ),
     };
     out.put_u8(outcome);
@@ -127,7 +127,7 @@ fn get_verified(r: &mut Reader<'_>) -> Result<Verified, FormatError> {
     let value_bytes = r.u64()?;
     let addr = r.u64()?;
     let len = usize::from(r.u16()?);
-    let reason = r.vec(len, MAX_MESSAGE_BYTES, "reason_len")?;
+    let reason = r.vec(len, MESSAGE_BYTES_MAX, "reason_len")?;
     let unused = |field, value: u64| match value {
         0 => Ok(()),
         v => Err(r.range(field, v)),
@@ -162,7 +162,7 @@ fn get_verified(r: &mut Reader<'_>) -> Result<Verified, FormatError> {
 }
 
 /// A ListValues reply: u32 count, u8 more, then count × (u16 key_len, key,
-/// u8 has_value, when 1 a blob value); at most [`MAX_LIST_VALUE_BYTES`] of
+/// u8 has_value, when 1 a blob value); at most [`LIST_VALUE_BYTES_MAX`] of
 /// values in all.
 fn put_values(out: &mut Vec<u8>, entries: &[(Vec<u8>, Option<Vec<u8>>)], more: bool) {
     out.put_u32(len_u32(entries.len()));
@@ -180,7 +180,7 @@ fn put_values(out: &mut Vec<u8>, entries: &[(Vec<u8>, Option<Vec<u8>>)], more: b
 type ListedValues = (Vec<(Vec<u8>, Option<Vec<u8>>)>, bool);
 
 fn get_values(r: &mut Reader<'_>) -> Result<ListedValues, FormatError> {
-    let mut left = MAX_LIST_VALUE_BYTES;
+    let mut left = LIST_VALUE_BYTES_MAX;
     get_list(r, "entry count", |r| {
         let len = usize::from(r.u16()?);
         let key = r.vec(len, KEY_PART_MAX_BYTES, "key_len")?;
@@ -213,7 +213,7 @@ fn get_part_listing(
     Ok((container, object, part, limit, after))
 }
 
-/// A listing reply: u32 count (≤ [`MAX_LIST_KEYS`]), u8 more, then count
+/// A listing reply: u32 count (≤ [`LIST_KEYS_MAX`]), u8 more, then count
 /// items read by `item`.
 fn get_list<T>(
     r: &mut Reader<'_>,
@@ -221,7 +221,7 @@ fn get_list<T>(
     mut item: impl FnMut(&mut Reader<'_>) -> Result<T, FormatError>,
 ) -> Result<(Vec<T>, bool), FormatError> {
     let count = r.u32()? as usize;
-    if count > MAX_LIST_KEYS {
+    if count > LIST_KEYS_MAX {
         return Err(r.range(field, count as u64));
     }
     let more = get_bool(r, "more")?;
@@ -481,7 +481,7 @@ impl Request {
                 let key = Key::decode_from(r)?;
                 let offset = r.u64()?;
                 let len = r.u32()?;
-                if len as usize > MAX_READ_BYTES {
+                if len as usize > READ_BYTES_MAX {
                     return Err(r.range("len", u64::from(len)));
                 }
                 Self::ExtentRead { key, offset, len }
@@ -540,7 +540,7 @@ impl Request {
                 let access_key = r.u64()?;
                 let offset = r.u64()?;
                 let len = r.u32()?;
-                if len as usize > MAX_READ_BYTES {
+                if len as usize > READ_BYTES_MAX {
                     return Err(r.range("len", u64::from(len)));
                 }
                 Self::RegionRead {
@@ -570,7 +570,7 @@ fn decode_items<T>(
     mut one: impl FnMut(MessageType, &mut Reader<'_>) -> Result<T, FormatError>,
 ) -> Result<Vec<T>, FormatError> {
     let count = usize::from(r.u16()?);
-    if count > MAX_BATCH_ITEMS {
+    if count > BATCH_ITEMS_MAX {
         return Err(r.range("batch count", count as u64));
     }
     let mut items = Vec::with_capacity(count);
@@ -671,7 +671,7 @@ impl Reply {
             Self::Stat(targets) => encode_stat(out, targets),
             Self::Synced => {}
             Self::Error { code, message } => {
-                let message = utf8_prefix(message, MAX_MESSAGE_BYTES);
+                let message = utf8_prefix(message, MESSAGE_BYTES_MAX);
                 out.put_u16(*code as u16);
                 out.put_u16(len_u16(message.len()));
                 out.put_bytes(message.as_bytes());
@@ -722,7 +722,7 @@ impl Reply {
                 Self::Objects { objects, more }
             }
             T::Verify => Self::Verified(get_verified(r)?),
-            T::RegionRead => Self::Data(get_blob(r, MAX_READ_BYTES, "data_len")?),
+            T::RegionRead => Self::Data(get_blob(r, READ_BYTES_MAX, "data_len")?),
             T::Batch => Self::Batch(decode_items(r, |k, r| {
                 if k != T::Error && !k.is_batchable() {
                     return Err(r.range("batch item type", k as u64));
@@ -734,7 +734,7 @@ impl Reply {
             T::Error => {
                 let code = ErrorCode::from_u16(r.u16()?);
                 let len = usize::from(r.u16()?);
-                let msg = r.vec(len, MAX_MESSAGE_BYTES, "message_len")?;
+                let msg = r.vec(len, MESSAGE_BYTES_MAX, "message_len")?;
                 Self::Error {
                     code,
                     message: String::from_utf8_lossy(&msg).into_owned(),
@@ -769,14 +769,14 @@ fn encode_stat(out: &mut Vec<u8>, targets: &[TargetStat]) {
 
 fn decode_stat(r: &mut Reader<'_>) -> Result<Vec<TargetStat>, FormatError> {
     let count = usize::from(r.u16()?);
-    if count > MAX_TARGETS {
+    if count > TARGETS_MAX {
         return Err(r.range("target count", count as u64));
     }
     let mut targets = Vec::with_capacity(count);
     for _ in 0..count {
         let target = r.u16()?;
         let n = usize::from(r.u16()?);
-        if n > MAX_STAT_COUNTERS {
+        if n > STAT_COUNTERS_MAX {
             return Err(r.range("counter count", n as u64));
         }
         let mut counters = Vec::with_capacity(n);

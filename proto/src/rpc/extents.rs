@@ -17,7 +17,7 @@ use crate::FormatError;
 
 /// Most pieces one `extents` reply carries; a longer map is cut there
 /// (see [`ExtentList::covered_end`]).
-pub const MAX_EXTENT_PIECES: usize = 4096;
+pub const EXTENT_PIECES_MAX: usize = 4096;
 /// Bytes of the `extents` body before its pieces: found u8, version u64,
 /// newest_addr u64, newest_len u32, covered_end u64, count u32.
 pub const EXTENTS_FIXED_BYTES: usize = 1 + 8 + 8 + 4 + 8 + 4;
@@ -64,12 +64,12 @@ pub(super) fn put_extents(out: &mut Vec<u8>, list: &Option<ExtentList>) {
     out.put_u32(l.newest_len);
     // A longer map is cut before its first piece left out, so that what
     // is sent still describes every byte it covers.
-    let covered_end = match l.pieces.get(MAX_EXTENT_PIECES) {
+    let covered_end = match l.pieces.get(EXTENT_PIECES_MAX) {
         Some(first_out) => l.covered_end.min(first_out.start),
         None => l.covered_end,
     };
     out.put_u64(covered_end);
-    let pieces = &l.pieces[..l.pieces.len().min(MAX_EXTENT_PIECES)];
+    let pieces = &l.pieces[..l.pieces.len().min(EXTENT_PIECES_MAX)];
     out.put_u32(pieces.len() as u32);
     for p in pieces {
         out.put_u64(p.start);
@@ -79,7 +79,7 @@ pub(super) fn put_extents(out: &mut Vec<u8>, list: &Option<ExtentList>) {
     }
 }
 
-/// Decodes an `extents` body: at most [`MAX_EXTENT_PIECES`] pieces, each
+/// Decodes an `extents` body: at most [`EXTENT_PIECES_MAX`] pieces, each
 /// non-empty and after the one before, none past `covered_end`; every
 /// field 0 when not found.
 pub(super) fn get_extents(r: &mut Reader<'_>) -> Result<Option<ExtentList>, FormatError> {
@@ -100,7 +100,7 @@ pub(super) fn get_extents(r: &mut Reader<'_>) -> Result<Option<ExtentList>, Form
             v => Err(r.range("extents fields (not found)", v)),
         };
     }
-    if count > MAX_EXTENT_PIECES {
+    if count > EXTENT_PIECES_MAX {
         return Err(r.range("piece count", count as u64));
     }
     let mut pieces = Vec::with_capacity(count);

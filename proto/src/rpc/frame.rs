@@ -15,7 +15,7 @@ use crate::FormatError;
 pub const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"FRPC");
 pub const PROTOCOL_VERSION: u8 = 1;
 /// Largest body a peer may send; a longer announced body closes the stream.
-pub const MAX_BODY_BYTES: usize = 8 << 20;
+pub const BODY_BYTES_MAX: usize = 8 << 20;
 
 pub const OFF_MAGIC: usize = 0;
 pub const OFF_VERSION: usize = OFF_MAGIC + 4;
@@ -27,7 +27,7 @@ pub const OFF_RESERVED: usize = OFF_BODY_LEN + 4;
 pub const HEADER_BYTES: usize = OFF_RESERVED + 4;
 
 const _: () = assert!(HEADER_BYTES == 24);
-const _: () = assert!(MAX_BODY_BYTES <= u32::MAX as usize);
+const _: () = assert!(BODY_BYTES_MAX <= u32::MAX as usize);
 
 /// Flag bit: the frame answers the request with the same id.
 pub const FLAG_REPLY: u16 = 1;
@@ -152,7 +152,7 @@ impl FrameHeader {
     }
 
     /// Decodes and checks a header against `max_body` (at most
-    /// [`MAX_BODY_BYTES`]). Refuses bad magic, version, type, flags, a
+    /// [`BODY_BYTES_MAX`]). Refuses bad magic, version, type, flags, a
     /// nonzero reserved word and an oversized body.
     pub fn decode(b: &[u8], max_body: usize) -> Result<Self, FormatError> {
         let mut r = super::codec::Reader::new(b, "frame header");
@@ -178,7 +178,7 @@ impl FrameHeader {
         }
         let request_id = r.u64()?;
         let body_len = r.u32()?;
-        if body_len as usize > max_body.min(MAX_BODY_BYTES) {
+        if body_len as usize > max_body.min(BODY_BYTES_MAX) {
             return Err(r.range("body_len", u64::from(body_len)));
         }
         let reserved = r.u32()?;
@@ -202,7 +202,7 @@ mod tests {
     fn header_roundtrip() {
         for kind in MessageType::ALL {
             let h = FrameHeader::reply(kind, 0xdead_beef_0001, 77);
-            assert_eq!(FrameHeader::decode(&h.encode(), MAX_BODY_BYTES), Ok(h));
+            assert_eq!(FrameHeader::decode(&h.encode(), BODY_BYTES_MAX), Ok(h));
         }
     }
 
@@ -212,24 +212,24 @@ mod tests {
         let mut b = good;
         b[0] ^= 1;
         assert!(matches!(
-            FrameHeader::decode(&b, MAX_BODY_BYTES),
+            FrameHeader::decode(&b, BODY_BYTES_MAX),
             Err(FormatError::BadMagic { .. })
         ));
         let mut b = good;
         b[OFF_VERSION] = 2;
-        assert!(FrameHeader::decode(&b, MAX_BODY_BYTES).is_err());
+        assert!(FrameHeader::decode(&b, BODY_BYTES_MAX).is_err());
         let mut b = good;
         b[OFF_TYPE] = 0x55;
-        assert!(FrameHeader::decode(&b, MAX_BODY_BYTES).is_err());
+        assert!(FrameHeader::decode(&b, BODY_BYTES_MAX).is_err());
         let mut b = good;
         b[OFF_FLAGS] = 0x80;
-        assert!(FrameHeader::decode(&b, MAX_BODY_BYTES).is_err());
+        assert!(FrameHeader::decode(&b, BODY_BYTES_MAX).is_err());
         let mut b = good;
         b[OFF_RESERVED] = 1;
-        assert!(FrameHeader::decode(&b, MAX_BODY_BYTES).is_err());
+        assert!(FrameHeader::decode(&b, BODY_BYTES_MAX).is_err());
         assert!(FrameHeader::decode(&good, 9).is_err(), "body over max");
-        assert!(FrameHeader::decode(&good[..23], MAX_BODY_BYTES).is_err());
-        let huge = FrameHeader::request(MessageType::Fetch, 1, MAX_BODY_BYTES + 1).encode();
+        assert!(FrameHeader::decode(&good[..23], BODY_BYTES_MAX).is_err());
+        let huge = FrameHeader::request(MessageType::Fetch, 1, BODY_BYTES_MAX + 1).encode();
         assert!(FrameHeader::decode(&huge, usize::MAX).is_err());
     }
 }

@@ -31,9 +31,9 @@ use crate::FormatError;
 pub const NONCE_BYTES: usize = 16;
 pub const PROOF_BYTES: usize = 32;
 /// Most regions one Welcome may list (also the SCM_RIGHTS fd limit).
-pub const MAX_REGIONS: usize = 253;
+pub const REGIONS_MAX: usize = 253;
 /// Most targets one engine may have.
-pub const MAX_TARGETS: usize = 1024;
+pub const TARGETS_MAX: usize = 1024;
 
 /// Hello flag: the client can map shm regions (Unix socket only).
 pub const HELLO_WANT_SHM: u32 = 1;
@@ -274,10 +274,10 @@ impl Welcome {
         let target_count = usize::from(r.u16()?);
         let region_count = usize::from(r.u16()?);
         let served_by = r.u16()?;
-        if target_count == 0 || target_count > MAX_TARGETS {
+        if target_count == 0 || target_count > TARGETS_MAX {
             return Err(r.range("target_count", target_count as u64));
         }
-        if region_count > MAX_REGIONS {
+        if region_count > REGIONS_MAX {
             return Err(r.range("region_count", region_count as u64));
         }
         let incarnation = r.u64()?;

@@ -4,32 +4,32 @@
 //! their limits and unknown enum values; none of them panics.
 
 use super::codec::{len_u16, Put, Reader};
-pub use super::extents::{ExtentList, ExtentSpan, MAX_EXTENT_PIECES};
+pub use super::extents::{ExtentList, ExtentSpan, EXTENT_PIECES_MAX};
 use super::handshake::{Challenge, Hello, Login, Welcome};
 use crate::key::{RecordKey, KEY_PART_MAX_BYTES};
 use crate::record::VALUE_MAX_BYTES;
 use crate::FormatError;
 
 /// Most operations in one batch.
-pub const MAX_BATCH_ITEMS: usize = 1024;
+pub const BATCH_ITEMS_MAX: usize = 1024;
 /// Most keys one list reply may carry.
-pub const MAX_LIST_KEYS: usize = 4096;
+pub const LIST_KEYS_MAX: usize = 4096;
 /// Value bytes one ListValues reply carries at most (values past it are
 /// left out, to be fetched).
-pub const MAX_LIST_VALUE_BYTES: usize = 1 << 20;
+pub const LIST_VALUE_BYTES_MAX: usize = 1 << 20;
 /// Most bytes one extent or region read may return.
-pub const MAX_READ_BYTES: usize = VALUE_MAX_BYTES;
+pub const READ_BYTES_MAX: usize = VALUE_MAX_BYTES;
 /// Reply bytes the items of one batch share (each item's body and its
 /// 5-byte item header): an item whose reply would pass it is answered with
 /// [`ErrorCode::TooLarge`] instead, and a listing is cut to what is left
 /// (with `more` set). Also the most a listing alone returns. Below
-/// [`MAX_BODY_BYTES`](super::MAX_BODY_BYTES) with room for the refusals,
+/// [`BODY_BYTES_MAX`](super::BODY_BYTES_MAX) with room for the refusals,
 /// so a batch reply always fits the frame a client accepts.
 pub const BATCH_REPLY_BUDGET_BYTES: usize = 4 << 20;
 /// Longest error message carried, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 4096;
+pub const MESSAGE_BYTES_MAX: usize = 4096;
 /// Most counters one target reports in a stat reply.
-pub const MAX_STAT_COUNTERS: usize = 256;
+pub const STAT_COUNTERS_MAX: usize = 256;
 
 /// A full key, owned (wire: container u64, object u128, dkey_len u16,
 /// akey_len u16, dkey, akey — 28 bytes plus the key parts).

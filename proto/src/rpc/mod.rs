@@ -2,7 +2,7 @@
 //! engine (byte layouts in `proto/FORMAT.md`, section "RPC frame").
 //!
 //! Every message is a 24-byte [`FrameHeader`] and a body of at most
-//! [`MAX_BODY_BYTES`]. Requests carry a client-chosen request id; the reply
+//! [`BODY_BYTES_MAX`]. Requests carry a client-chosen request id; the reply
 //! carries the same id, so a client may pipeline many requests and match the
 //! replies, which can arrive in any order. A connection starts with the
 //! [`handshake`]; a malformed, oversized or unauthenticated frame makes the
@@ -15,13 +15,13 @@
 //! let mut wire = Vec::new();
 //! let req = Request::Fetch { key: Key::new(1, 2, b"dkey", b"akey") };
 //! rpc::encode_request(7, &req, &mut wire);
-//! let (header, frame_len) = rpc::split_frame(&wire, rpc::MAX_BODY_BYTES).unwrap().unwrap();
+//! let (header, frame_len) = rpc::split_frame(&wire, rpc::BODY_BYTES_MAX).unwrap().unwrap();
 //! assert_eq!(frame_len, wire.len());
 //! assert_eq!(rpc::decode_request(&header, &wire[rpc::HEADER_BYTES..]).unwrap(), req);
 //!
 //! let mut answer = Vec::new();
 //! rpc::encode_reply(MessageType::Fetch, 7, &Reply::Value(None), &mut answer);
-//! let (header, _) = rpc::split_frame(&answer, rpc::MAX_BODY_BYTES).unwrap().unwrap();
+//! let (header, _) = rpc::split_frame(&answer, rpc::BODY_BYTES_MAX).unwrap().unwrap();
 //! assert_eq!(header.request_id, 7);
 //! assert_eq!(rpc::decode_reply(&header, &answer[rpc::HEADER_BYTES..]).unwrap(), Reply::Value(None));
 //! ```
@@ -35,11 +35,11 @@ pub mod message;
 #[cfg(test)]
 mod tests;
 
-pub use frame::{FrameHeader, MessageType, FLAG_REPLY, HEADER_BYTES, MAX_BODY_BYTES};
+pub use frame::{FrameHeader, MessageType, BODY_BYTES_MAX, FLAG_REPLY, HEADER_BYTES};
 pub use handshake::{Challenge, Hello, Login, TargetInfo, Welcome};
 pub use message::{
     ErrorCode, ExtentList, ExtentSpan, Found, Key, Placed, PunchScope, Reply, Request, TargetStat,
-    Verified, BATCH_REPLY_BUDGET_BYTES, MAX_EXTENT_PIECES, MAX_LIST_VALUE_BYTES,
+    Verified, BATCH_REPLY_BUDGET_BYTES, EXTENT_PIECES_MAX, LIST_VALUE_BYTES_MAX,
 };
 
 use crate::FormatError;

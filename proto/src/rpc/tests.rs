@@ -5,7 +5,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::handshake::*;
-use super::message::MAX_LIST_VALUE_BYTES;
+use super::message::LIST_VALUE_BYTES_MAX;
 use super::*;
 use crate::region::{Provider, RegionDescriptor, RegionKind};
 
@@ -275,7 +275,7 @@ fn reply_with_kind() -> impl Strategy<Value = (MessageType, Reply)> {
 }
 
 fn first_frame(wire: &[u8]) -> (FrameHeader, &[u8]) {
-    let (h, len) = split_frame(wire, MAX_BODY_BYTES).unwrap().unwrap();
+    let (h, len) = split_frame(wire, BODY_BYTES_MAX).unwrap().unwrap();
     assert_eq!(len, wire.len());
     (h, &wire[HEADER_BYTES..len])
 }
@@ -303,7 +303,7 @@ proptest! {
 
     #[test]
     fn random_bytes_never_panic(buf in bytes(512), kind in any::<u8>(), reply in any::<bool>()) {
-        let _ = split_frame(&buf, MAX_BODY_BYTES);
+        let _ = split_frame(&buf, BODY_BYTES_MAX);
         if let Some(kind) = MessageType::from_u8(kind) {
             let _ = Request::decode_body(kind, &buf);
             let _ = Reply::decode_body(kind, &buf);
@@ -320,7 +320,7 @@ proptest! {
         let p = pos % wire.len();
         wire[p] = byte;
         wire.truncate(cut % (wire.len() + 1));
-        if let Ok(Some((h, len))) = split_frame(&wire, MAX_BODY_BYTES) {
+        if let Ok(Some((h, len))) = split_frame(&wire, BODY_BYTES_MAX) {
             if len <= wire.len() {
                 let _ = decode_request(&h, &wire[HEADER_BYTES..len]);
             }
@@ -364,7 +364,7 @@ fn limits_are_enforced() {
         region_id: 1,
         access_key: 0,
         offset: 0,
-        len: (message::MAX_READ_BYTES + 1) as u32,
+        len: (message::READ_BYTES_MAX + 1) as u32,
     }
     .encode_body(&mut body);
     assert!(Request::decode_body(MessageType::RegionRead, &body).is_err());
@@ -382,7 +382,7 @@ fn long_error_messages_are_cut_on_char_boundary() {
     match Reply::decode_body(MessageType::Error, &body).unwrap() {
         Reply::Error { message, code } => {
             assert_eq!(code, ErrorCode::Internal);
-            assert_eq!(message.len(), message::MAX_MESSAGE_BYTES);
+            assert_eq!(message.len(), message::MESSAGE_BYTES_MAX);
             assert!(message.chars().all(|c| c == 'é'));
         }
         other => panic!("not an error: {other:?}"),
@@ -397,7 +397,7 @@ fn pipelined_frames_split_in_order() {
     }
     let mut at = 0;
     let mut ids = Vec::new();
-    while let Some((h, len)) = split_frame(&wire[at..], MAX_BODY_BYTES).unwrap() {
+    while let Some((h, len)) = split_frame(&wire[at..], BODY_BYTES_MAX).unwrap() {
         ids.push(h.request_id);
         at += len;
     }
@@ -613,7 +613,7 @@ fn extents_reply_layout_and_refusals() {
     // A map longer than a reply holds is cut before its first piece left
     // out, and says so in covered_end.
     let mut long = list;
-    long.pieces = (0..MAX_EXTENT_PIECES as u64 + 3)
+    long.pieces = (0..EXTENT_PIECES_MAX as u64 + 3)
         .map(|i| ExtentSpan {
             start: 2 * i,
             end: 2 * i + 1,
@@ -627,11 +627,11 @@ fn extents_reply_layout_and_refusals() {
     else {
         panic!("a cut map decodes");
     };
-    assert_eq!(cut.pieces.len(), MAX_EXTENT_PIECES);
-    assert_eq!(cut.covered_end, 2 * MAX_EXTENT_PIECES as u64);
+    assert_eq!(cut.pieces.len(), EXTENT_PIECES_MAX);
+    assert_eq!(cut.covered_end, 2 * EXTENT_PIECES_MAX as u64);
 }
 
-/// A ListValues reply: byte layout, and at most MAX_LIST_VALUE_BYTES of
+/// A ListValues reply: byte layout, and at most LIST_VALUE_BYTES_MAX of
 /// values in all (a reply over it is refused, one at it decodes).
 #[test]
 fn listed_values_layout_and_limit() {
@@ -651,7 +651,7 @@ fn listed_values_layout_and_limit() {
         Reply::decode_body(MessageType::ListValues, &body).unwrap(),
         reply
     );
-    let half = MAX_LIST_VALUE_BYTES / 2;
+    let half = LIST_VALUE_BYTES_MAX / 2;
     let values = |last: usize| Reply::Values {
         entries: vec![
             (b"a".to_vec(), Some(vec![1; half])),

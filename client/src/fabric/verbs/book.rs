@@ -10,7 +10,7 @@
 //! `posted.rs` for when a poll waits a little longer so that reads made
 //! ready by one batch of completions go together).
 
-use ferrite_engine::fabric::verbs::{ReadWr, MAX_BATCH};
+use ferrite_engine::fabric::verbs::{ReadWr, BATCH_MAX};
 
 /// Landing ranges start at multiples of this.
 pub(super) const ALIGN: usize = 64;
@@ -84,7 +84,7 @@ impl Book {
             capacity,
             next_wr_id: 1,
             flights: Vec::with_capacity(depth),
-            staged: Vec::with_capacity(MAX_BATCH),
+            staged: Vec::with_capacity(BATCH_MAX),
         }
     }
 
@@ -94,7 +94,7 @@ impl Book {
     /// buffer cannot take them now.
     pub(super) fn stage(&mut self, reads: &[Remote], detach: bool, room: usize) -> Option<u64> {
         let staged = self.staged.len() + reads.len();
-        if staged > MAX_BATCH || staged > room {
+        if staged > BATCH_MAX || staged > room {
             return None;
         }
         let (first, held) = (self.next_wr_id, self.flights.len());

@@ -22,7 +22,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrite_engine::fabric::verbs::{MemoryRegion, RcQp, WorkCompletion, MAX_BATCH};
+use ferrite_engine::fabric::verbs::{MemoryRegion, RcQp, WorkCompletion, BATCH_MAX};
 
 use super::book::Book;
 pub(super) use super::book::Remote;
@@ -72,7 +72,7 @@ impl Conn {
             side,
             book,
             broken: None,
-            completions: Vec::with_capacity(MAX_BATCH),
+            completions: Vec::with_capacity(BATCH_MAX),
             counts,
         }
     }
@@ -86,10 +86,10 @@ impl Conn {
         if let Some(cause) = &self.broken {
             return Err(cause.clone());
         }
-        if reads.len() > MAX_BATCH {
+        if reads.len() > BATCH_MAX {
             return Ok(None);
         }
-        if self.book.staged().len() + reads.len() > MAX_BATCH {
+        if self.book.staged().len() + reads.len() > BATCH_MAX {
             self.flush()?;
         }
         let room = QP_DEPTH.saturating_sub(self.qp.outstanding());

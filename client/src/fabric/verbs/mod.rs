@@ -51,7 +51,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::ThreadId;
 
 use ferrite_engine::fabric::verbs::{
-    exchange, Device, DeviceSelector, MemoryRegion, RcQp, ACCESS_LOCAL_WRITE, MAX_BATCH,
+    exchange, Device, DeviceSelector, MemoryRegion, RcQp, ACCESS_LOCAL_WRITE, BATCH_MAX,
 };
 use ferrite_proto::region::{RegionDescriptor, RegionKind};
 
@@ -71,7 +71,7 @@ pub use reader::{one_sided_reader, VerbsFabricArg};
 /// read).
 pub const BUFFER_BYTES: usize = RECORD_MAX_BYTES.next_power_of_two();
 /// Queue pairs one endpoint keeps at most (threads × targets).
-pub const MAX_QUEUE_PAIRS: usize = 4096;
+pub const QUEUE_PAIRS_MAX: usize = 4096;
 
 type ConnRef = Arc<Mutex<Conn>>;
 
@@ -260,7 +260,7 @@ impl VerbsEndpoint {
     }
 
     /// Reads every entry of `reads` with one doorbell per target queue pair
-    /// (at most [`MAX_BATCH`] reads and [`BUFFER_BYTES`] per queue pair; a
+    /// (at most [`BATCH_MAX`] reads and [`BUFFER_BYTES`] per queue pair; a
     /// longer list goes in rounds).
     pub fn read_batch(&self, reads: &mut [BatchRead<'_>]) -> Result<()> {
         self.shared.read_batch(reads)
@@ -292,10 +292,10 @@ impl Shared {
         if let Some(c) = self.conns_map().get(&key) {
             return Ok(c.clone());
         }
-        if self.conns_map().len() >= MAX_QUEUE_PAIRS {
+        if self.conns_map().len() >= QUEUE_PAIRS_MAX {
             return Err(fabric_err(
                 &self.url,
-                format!("{MAX_QUEUE_PAIRS} queue pairs open (threads x targets); no more"),
+                format!("{QUEUE_PAIRS_MAX} queue pairs open (threads x targets); no more"),
             ));
         }
         // Connected without holding the map: other threads go on reading.
@@ -355,7 +355,7 @@ impl Shared {
         for ((g, (_, list)), n) in guards.iter_mut().zip(by_target).zip(next.iter_mut()) {
             let (mut bytes, mut end) = (0usize, *n);
             while end < list.len()
-                && end - *n < MAX_BATCH
+                && end - *n < BATCH_MAX
                 && bytes + reads[list[end]].buf.len() <= BUFFER_BYTES
             {
                 bytes += reads[list[end]].buf.len();

@@ -45,7 +45,7 @@ use crate::server::ServerError;
 
 pub use device::{gid_of, sysfs_gid_text, Device, DeviceSelector, NO_DEVICE};
 pub use qp::{
-    QpInfo, QpState, RcQp, ReadWr, WorkCompletion, ACK_TIMEOUT_EXPONENT, MAX_BATCH, QP_INFO_BYTES,
+    QpInfo, QpState, RcQp, ReadWr, WorkCompletion, ACK_TIMEOUT_EXPONENT, BATCH_MAX, QP_INFO_BYTES,
     RETRY_COUNT,
 };
 pub use side::{exchange, serve, SideChannel};

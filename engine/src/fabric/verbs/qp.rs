@@ -62,7 +62,7 @@ pub struct ReadWr {
 }
 
 /// Work requests posted per doorbell at most.
-pub const MAX_BATCH: usize = 16;
+pub const BATCH_MAX: usize = 16;
 
 /// Local ACK timeout of a requester queue pair: 4.096 µs × 2^14 ≈ 67 ms
 /// without an answer before a read is sent again.
@@ -102,7 +102,7 @@ fn os_error(op: &str) -> ServerError {
 impl RcQp {
     /// Creates a queue pair in state Reset with room for `depth` reads.
     pub fn create(device: Arc<Device>, depth: u32) -> Result<Self, ServerError> {
-        let depth = depth.max(MAX_BATCH as u32);
+        let depth = depth.max(BATCH_MAX as u32);
         // SAFETY: the context is open for the Device's lifetime, which the
         // Arc held here outlives the CQ.
         let cq = unsafe {
@@ -246,7 +246,7 @@ impl RcQp {
                 self.state
             )));
         }
-        if reads.is_empty() || reads.len() > MAX_BATCH {
+        if reads.is_empty() || reads.len() > BATCH_MAX {
             return Err(ServerError::Fabric(format!(
                 "{} reads in one batch",
                 reads.len()
@@ -254,10 +254,10 @@ impl RcQp {
         }
         // On the stack, and only the entries posted written: this runs
         // once per RDMA READ a GET makes.
-        let mut sges = [const { MaybeUninit::<ibv_sge>::uninit() }; MAX_BATCH];
+        let mut sges = [const { MaybeUninit::<ibv_sge>::uninit() }; BATCH_MAX];
         // Only the entries posted are written (a GET posts one): clearing
-        // all MAX_BATCH of them cost more than the read's own setup.
-        let mut wrs = [const { MaybeUninit::<ibv_send_wr>::uninit() }; MAX_BATCH];
+        // all BATCH_MAX of them cost more than the read's own setup.
+        let mut wrs = [const { MaybeUninit::<ibv_send_wr>::uninit() }; BATCH_MAX];
         for (i, r) in reads.iter().enumerate() {
             let sge = sges[i].write(ibv_sge {
                 addr: r.local_addr,
@@ -301,7 +301,7 @@ impl RcQp {
     }
 
     /// Takes what completions the completion queue holds now (at most
-    /// [`MAX_BATCH`]) into `out` without waiting; returns how many. A
+    /// [`BATCH_MAX`]) into `out` without waiting; returns how many. A
     /// failed completion moves the queue pair to Error (every later one is
     /// then flushed with an error too).
     pub fn poll_completions(
@@ -312,9 +312,9 @@ impl RcQp {
             return Ok(0);
         }
         // Not cleared: this runs on every empty poll of a waiting read.
-        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; MAX_BATCH];
-        // SAFETY: cq is valid; wcs has room for MAX_BATCH entries.
-        let n = unsafe { ibv_poll_cq(self.cq, MAX_BATCH as i32, wcs[0].as_mut_ptr()) };
+        let mut wcs = [const { MaybeUninit::<ibv_wc>::uninit() }; BATCH_MAX];
+        // SAFETY: cq is valid; wcs has room for BATCH_MAX entries.
+        let n = unsafe { ibv_poll_cq(self.cq, BATCH_MAX as i32, wcs[0].as_mut_ptr()) };
         if n < 0 {
             self.state = QpState::Error;
             return Err(ServerError::Fabric("ibv_poll_cq failed".into()));

@@ -22,13 +22,13 @@ use crate::fabric::Fabric;
 use crate::server::ServerError;
 
 /// Most descriptors a reply may carry (two per target).
-const MAX_DESCRIPTORS: u32 = 4096;
+const DESCRIPTORS_MAX: u32 = 4096;
 /// Reads per queue pair in flight at most (send queue depth).
 const QP_DEPTH: u32 = 64;
 /// Connected queue pairs (side-channel connections, one thread each) at
 /// most; clients open one per thread and target, so this bounds
 /// clients × threads × targets. More are refused (the socket is closed).
-pub const MAX_SIDE_CONNECTIONS: usize = 4096;
+pub const SIDE_CONNECTIONS_MAX: usize = 4096;
 
 fn io_err(op: &str, e: std::io::Error) -> ServerError {
     ServerError::Fabric(format!("verbs side channel {op}: {e}"))
@@ -87,8 +87,8 @@ fn accept_loop(listener: TcpListener, fabric: Arc<VerbsFabric>, stop: Arc<Atomic
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
-                if live.load(Ordering::Relaxed) >= MAX_SIDE_CONNECTIONS {
-                    tracing::warn!(%peer, "verbs side channel: {MAX_SIDE_CONNECTIONS} queue pairs connected; refused");
+                if live.load(Ordering::Relaxed) >= SIDE_CONNECTIONS_MAX {
+                    tracing::warn!(%peer, "verbs side channel: {SIDE_CONNECTIONS_MAX} queue pairs connected; refused");
                     continue;
                 }
                 live.fetch_add(1, Ordering::Relaxed);
@@ -174,7 +174,7 @@ pub fn exchange(
     let mut n = [0u8; 4];
     stream.read_exact(&mut n).map_err(|e| io_err("read", e))?;
     let n = u32::from_le_bytes(n);
-    if n > MAX_DESCRIPTORS {
+    if n > DESCRIPTORS_MAX {
         return Err(ServerError::Fabric(format!(
             "{n} region descriptors is too many"
         )));
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!((remote, got), (info(42), regions));
 
         let mut too_many = info(42).encode().to_vec();
-        too_many.extend_from_slice(&(MAX_DESCRIPTORS + 1).to_le_bytes());
+        too_many.extend_from_slice(&(DESCRIPTORS_MAX + 1).to_le_bytes());
         let e = exchange_against(too_many).unwrap_err().to_string();
         assert!(e.contains("too many"), "{e}");
 

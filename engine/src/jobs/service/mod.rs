@@ -204,7 +204,7 @@ impl JobService {
         let core = allowed.last().copied().unwrap_or(0);
         let xs_config = XstreamConfig {
             name: "jobs".into(),
-            io_memory_bytes: ferrite_xstream::MIN_IO_MEMORY_BYTES,
+            io_memory_bytes: ferrite_xstream::IO_MEMORY_BYTES_MIN,
             ..XstreamConfig::default().with_cores(vec![core])
         };
         let set = XstreamSet::start(xs_config).map_err(JobError::xstream)?;

@@ -52,7 +52,7 @@ fn reads_staged_by_many_gets_go_out_as_one_list() {
     // The staged list holds one doorbell's worth, and no more than the
     // send queue has room for.
     let mut b = book(&buf);
-    for i in 0..MAX_BATCH as u64 {
+    for i in 0..BATCH_MAX as u64 {
         assert!(b.stage(&[remote(i, 64)], true, 64).is_some());
     }
     assert_eq!(b.stage(&[remote(99, 64)], true, 64), None, "list full");
