@@ -80,7 +80,7 @@ impl Endpoint for TcpEndpoint {
             .collect::<Result<_>>()?;
         let mut pos = 0;
         for (n, reply) in sent {
-            let bytes = reply_bytes(self.conn.url(), n, futures::executor::block_on(reply)?)?;
+            let bytes = reply_bytes(self.conn.url(), n, reply.wait()?)?;
             buf[pos..pos + n].copy_from_slice(&bytes);
             pos += n;
         }

@@ -56,12 +56,19 @@ impl Store {
         if grows == 0 {
             return Ok(());
         }
-        let live = self.live_bytes.get() + self.log.borrow().pending_new_bytes;
-        if live + grows <= self.live_ceiling() {
+        let (live, fits) = self.live_need(grows);
+        if fits {
             return Ok(());
         }
         self.counters.borrow_mut().writes_refused_full += 1;
         Err(self.no_room(live))
+    }
+
+    /// The live data with what appended new keys will add once published,
+    /// and whether `grows` bytes more stay within [`Store::live_ceiling`].
+    fn live_need(&self, grows: u64) -> (u64, bool) {
+        let live = self.live_bytes.get() + self.log.borrow().pending_new_bytes;
+        (live, live + grows <= self.live_ceiling())
     }
 
     /// The error of a store whose live data (`live` bytes, counting
@@ -81,12 +88,18 @@ impl Store {
     /// it is charged in full.
     /// New keys and new pieces of byte arrays are also refused once their
     /// entries would not fit the checkpoint area ([`Store::admit_index`]).
+    /// The key's entry is looked up only when the write would not be
+    /// admitted as a new key (the most it can add): not on every update.
     pub(crate) fn admit_write(&self, key: &RecordKey<'_>, len: u64, extent: bool) -> Result<()> {
+        let new_entry = checkpoint_entry_bytes(key.dkey.len(), key.akey.len(), usize::from(extent));
+        if self.index_need(new_entry).1 && self.live_need(len).1 {
+            return Ok(());
+        }
         let (old, index) = {
             let dir = self.dir.borrow();
             let entry = dir.get((key.container, key.object), key.dkey, key.akey);
             let index = match &entry {
-                None => checkpoint_entry_bytes(key.dkey.len(), key.akey.len(), usize::from(extent)),
+                None => new_entry,
                 Some(_) if extent => PIECE_BYTES as u64,
                 Some(_) => 0,
             };
@@ -107,15 +120,27 @@ impl Store {
         if grows == 0 {
             return Ok(());
         }
-        let pending = self.log.borrow().pending_new_keys as u64 * grows;
-        let need = self.dir.borrow().checkpoint_bytes() + pending + grows;
-        let area = self.geo.checkpoint_bytes - HEADER_UNIT_BYTES;
-        let have = area / INDEX_SHARE.1 * INDEX_SHARE.0;
-        if need <= have {
+        let (need, fits) = self.index_need(grows);
+        if fits {
             return Ok(());
         }
         self.counters.borrow_mut().writes_refused_full += 1;
+        let have = self.index_room();
         Err(StoreError::CheckpointTooLarge { need, have })
+    }
+
+    /// What the checkpoint would need with `grows` bytes more ([`Store::admit_index`]),
+    /// and whether that fits.
+    fn index_need(&self, grows: u64) -> (u64, bool) {
+        let pending = self.log.borrow().pending_new_keys as u64 * grows;
+        let need = self.dir.borrow().checkpoint_bytes() + pending + grows;
+        (need, need <= self.index_room())
+    }
+
+    /// [`INDEX_SHARE`] of the checkpoint area.
+    fn index_room(&self) -> u64 {
+        let area = self.geo.checkpoint_bytes - HEADER_UNIT_BYTES;
+        area / INDEX_SHARE.1 * INDEX_SHARE.0
     }
 
     /// Does the log hold a segment's worth of bytes that are not live
