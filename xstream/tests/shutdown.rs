@@ -55,9 +55,12 @@ fn shutdown_cancels_tasks_in_flight_and_refuses_new_work() {
         let outcome = w.join().unwrap();
         assert!(matches!(outcome, Err(Error::Canceled)), "{outcome:?}");
     }
+    // The graph's stuck task is canceled, or, when shutdown came before the
+    // graph had handed it to an xstream, refused (it failed once in four
+    // full CI runs here with ShutDown).
     let graph_outcome = graph_thread.join().unwrap();
     assert!(
-        matches!(graph_outcome, Err(Error::Canceled)),
+        matches!(graph_outcome, Err(Error::Canceled | Error::ShutDown)),
         "{graph_outcome:?}"
     );
     let late = common::block_on(mesh.run_on(XstreamId(0), TaskClass::Control, || async {}));
